@@ -1,0 +1,39 @@
+# Two commands: `make run` and `make test`. Both bootstrap .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: run test bootstrap lint bench eval sample clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first, pinned: a looser spec (or a dependency's) would pull a multi-GB CUDA build.
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+bootstrap: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m agent_memory.demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+eval: $(STAMP)
+	$(VENV)/bin/agent-memory eval --history examples/sample_history.jsonl --questions examples/sample_questions.jsonl
+
+sample:
+	$(PYTHON) examples/generate_sample.py --out-dir examples
+
+bench: $(STAMP)
+	$(PY) benchmarks/recall_latency.py
+
+clean:
+	rm -rf data

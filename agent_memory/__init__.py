@@ -1,0 +1,26 @@
+"""agent-memory: long-term memory for LLM agents. The domain core: no Ray and no LanceDB in here."""
+
+from agent_memory.errors import (
+    AgentMemoryError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from agent_memory.models import NewMemory, Scope, SearchQuery
+from agent_memory.settings import Settings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentMemoryError", "ConflictError", "InvalidInputError", "NotFoundError", "PermissionDeniedError",
+    "UnavailableError", "NewMemory", "Scope", "SearchQuery", "Settings", "open_service",
+]
+
+
+def open_service(settings: Settings | None = None, **kwargs):  # type: ignore[no-untyped-def]
+    """A MemoryService on the store and model the settings name (for notebooks and scripts)."""
+    from agent_memory.cli import build_service
+
+    return build_service(settings or Settings(), **kwargs)

@@ -1,0 +1,196 @@
+"""The `agent-memory` command line. The one module of the core that wires in storage (and, where
+they exist, jobs and the Serve app); library errors become CLI errors only here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+from agent_memory.errors import AgentMemoryError
+from agent_memory.settings import Settings
+
+EXIT_USAGE = 2
+
+
+def build_service(settings: Settings, *, with_embedder: bool = True, defer_access: bool = False, **kwargs: Any):  # type: ignore[no-untyped-def]
+    """Open the embedder and the store the settings name and hand them to a MemoryService."""
+    from agent_memory.embedding import build_embedder
+    from agent_memory.service import MemoryService
+    from storage import open_store
+
+    embedder = build_embedder(settings) if with_embedder else None
+    store = open_store(
+        settings,
+        embedding_model=embedder.name if embedder else None,
+        embedding_dim=embedder.dim if embedder else None,
+    )
+    return MemoryService(store, embedder, settings, defer_access=defer_access, **kwargs)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
+    with build_service(settings) as service:
+        memory = {"user_id": args.user_id, "content": args.content, "memory_type": args.type}
+        if args.importance is not None:
+            memory["importance"] = args.importance
+        memory_id = service.add(args.org_id, memory, actor="cli")
+    print(memory_id)
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    with build_service(settings) as service:
+        result = service.recall(
+            args.org_id,
+            {"user_id": args.user_id, "query": args.query, "top_k": args.top_k, "mode": args.mode},
+        )
+    if args.json:
+        _print_json(result.model_dump(mode="json", exclude={"memories": {"__all__": {"user_id", "team_id", "agent_id", "session_id"}}}))
+        return 0
+    if not result.memories:
+        print("no memories found")
+    for rank, hit in enumerate(result.memories, start=1):
+        s = hit.scores
+        print(f"{rank:>2}. {hit.score:.3f} [{hit.memory_type}] {hit.content}")
+        print(f"    semantic {s.semantic:.2f} keyword {s.keyword:.2f} recency {s.recency:.2f} "
+              f"importance {s.importance:.2f}  {hit.created_at:%Y-%m-%d}  {hit.id}")
+    if result.degraded:
+        print("(degraded: the embedding model was unavailable; keyword recall only)")
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    from agent_memory.models import Scope
+
+    with build_service(settings, with_embedder=False) as service:
+        if args.memory_id:
+            service.delete(Scope.user(args.org_id, args.user_id), args.memory_id, actor="cli")
+            print(f"deleted memory {args.memory_id}")
+            return 0
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("erasing a whole user needs --yes when not run at a terminal", file=sys.stderr)
+                return EXIT_USAGE
+            answer = input(f"Erase every memory, message and event of user {args.user_id!r} in org {args.org_id!r}? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing erased")
+                return 1
+        counts = service.erase_user(args.org_id, args.user_id, actor="cli")
+    _print_json({"erased": counts})
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    with build_service(settings, with_embedder=False) as service:
+        _print_json(service.stats(args.org_id))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    from agent_memory.history import import_history
+
+    with build_service(settings) as service:
+        report = import_history(service, args.path, fmt=args.format, mode=args.mode, org_id=args.org_id)
+        service.store.optimize()
+    _print_json(report.as_dict())
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from agent_memory.evaluation import evaluate_recall, format_table, load_questions
+    from agent_memory.history import import_history
+
+    questions = load_questions(args.questions)
+    with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
+        scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
+        with build_service(scratch) as service:
+            imported = import_history(service, args.history, mode=args.mode, org_id=args.org_id)
+            service.store.optimize()
+            report = evaluate_recall(service, questions, top_k=args.top_k, default_org=args.org_id)
+    report["history"] = {"messages": imported.messages_logged, "memories": imported.memories_written,
+                         "rejected": imported.rows_rejected}
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_table(report))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def data_command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--org-id", default="default", help="tenant (default: default)")
+        p.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
+        p.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
+        return p
+
+    p = data_command("add", "store one memory")
+    p.add_argument("--user-id", required=True)
+    p.add_argument("--type", default="semantic", choices=["episodic", "semantic", "procedural"])
+    p.add_argument("--importance", type=float, default=None)
+    p.add_argument("content")
+    p.set_defaults(func=cmd_add)
+
+    p = data_command("search", "recall memories of a user")
+    p.add_argument("--user-id", required=True)
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--mode", default="hybrid", choices=["hybrid", "dense", "keyword"])
+    p.add_argument("--json", action="store_true", help="print the HTTP search body")
+    p.add_argument("query")
+    p.set_defaults(func=cmd_search)
+
+    p = data_command("forget", "delete one memory, or erase a whole user")
+    p.add_argument("--user-id", required=True)
+    p.add_argument("--memory-id", default=None)
+    p.add_argument("--yes", action="store_true", help="erase the whole user without asking")
+    p.set_defaults(func=cmd_forget)
+
+    p = data_command("stats", "what the store holds")
+    p.set_defaults(func=cmd_stats, org_id=None)
+
+    p = data_command("import", "import a history file (JSONL, CSV or Parquet)")
+    p.add_argument("path")
+    p.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet"])
+    p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
+    p.set_defaults(func=cmd_import)
+
+    p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
+    p.add_argument("--history", required=True)
+    p.add_argument("--questions", required=True)
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `agent-memory` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    overrides: dict[str, Any] = {}
+    if getattr(args, "storage_uri", None):
+        overrides["storage_uri"] = args.storage_uri
+    try:
+        settings = Settings(**overrides)
+        return int(args.func(args, settings) or 0)
+    except AgentMemoryError as exc:
+        print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

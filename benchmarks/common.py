@@ -1,0 +1,41 @@
+"""Helpers shared by the benchmarks: timing summaries and result files the README cites."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def summarize(samples_s: list[float]) -> dict[str, float]:
+    """Median, p95, p99 and mean in milliseconds."""
+    ms = sorted(s * 1000 for s in samples_s)
+
+    def pct(p: float) -> float:
+        return ms[min(len(ms) - 1, int(round(p / 100 * (len(ms) - 1))))]
+
+    return {"p50_ms": round(statistics.median(ms), 2), "p95_ms": round(pct(95), 2), "p99_ms": round(pct(99), 2),
+            "mean_ms": round(statistics.fmean(ms), 2), "n": len(ms)}
+
+
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """Call fn and return (result, seconds)."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """Write benchmarks/results/<name>.json with the machine and date stamped in."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": name, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()}, **payload}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    return path

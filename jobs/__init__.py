@@ -1,0 +1,1 @@
+"""Ray Data jobs: history import, batched (re-)embedding, consolidation, maintenance."""

@@ -1,0 +1,1 @@
+"""Ray Serve deployments: FastAPI ingress, embedder, recall, writer, scheduler."""

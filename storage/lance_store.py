@@ -1,0 +1,446 @@
+"""The LanceDB implementation of the core's `MemoryStore`.
+
+Writes are batched (one commit per call) and never duplicate: inserts are `merge_insert` on `id`,
+insert-if-absent. Recall prefilters on scalar indexes and searches exactly (flat) inside one
+user's rows; keyword search is BM25 over the `keywords` column (see agent_memory.text).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+from lancedb.index import FTS, Bitmap, BTree, LabelList
+
+from agent_memory.errors import ConflictError, InvalidInputError, UnavailableError
+from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope
+from agent_memory.settings import Settings
+from agent_memory.store import Candidate, Page, RecallFilter
+from storage import schema as sc
+from storage.filters import Where, literal, metadata_term, scoped
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# What fusion needs from each retriever; reading few columns of scattered rows is what keeps
+# a search cheap (each extra column is another random read per row).
+CANDIDATE_COLUMNS = ["id", "created_at", "importance", "oov"]
+DISPLAY_COLUMNS = [
+    "id", "org_id", "team_id", "user_id", "agent_id", "session_id", "content", "memory_type",
+    "created_at", "source_ids", "metadata",
+]
+_FTS = FTS(base_tokenizer="whitespace", lower_case=True, stem=True, remove_stop_words=False, ascii_folding=True)
+INDEXES: dict[str, list[tuple[str, Any]]] = {
+    sc.MEMORIES: [
+        ("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("team_id", BTree()),
+        ("status", Bitmap()), ("memory_type", Bitmap()), ("metadata_kv", LabelList()), ("keywords", _FTS),
+    ],
+    sc.MESSAGES: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("session_id", BTree())],
+    sc.EVENTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
+    sc.JOBS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
+}
+_RETRIES = 6
+
+
+def _retrying(action: Callable[[], T], what: str) -> T:
+    """Run a commit, retrying on Lance's commit conflicts with a short backoff."""
+    for attempt in range(_RETRIES):
+        try:
+            return action()
+        except Exception as exc:  # Lance surfaces conflicts as OSError/RuntimeError with text
+            text = str(exc).lower()
+            if attempt + 1 < _RETRIES and ("conflict" in text or "retry" in text or "concurrent" in text):
+                time.sleep(0.01 * 2**attempt)
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+class LanceStore:
+    """Agent memory on LanceDB: embedded (`./data/lancedb`) or on object storage (`s3://...`)."""
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        embedding_model: str | None,
+        embedding_dim: int | None,
+        storage_options: dict[str, str] | None = None,
+        read_consistency: timedelta | None = timedelta(0),
+    ) -> None:
+        self.uri = uri
+        try:
+            self._db = lancedb.connect(
+                uri, storage_options=storage_options or None, read_consistency_interval=read_consistency
+            )
+        except Exception as exc:
+            raise UnavailableError(f"cannot open the store at {uri}: {exc}") from exc
+        self._tables: dict[str, Any] = {}
+        self._snapshot_lock = threading.Lock()
+        self._snapshot_ds: Any = None
+        self._snapshot_version = -1
+        self.embedding_model, self.embedding_dim = self._open_memories(embedding_model, embedding_dim)
+        for name, table_schema in ((sc.MESSAGES, sc.MESSAGES_SCHEMA), (sc.EVENTS, sc.EVENTS_SCHEMA), (sc.JOBS, sc.JOBS_SCHEMA)):
+            self._tables[name] = self._open_or_create(name, table_schema)
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _open_or_create(self, name: str, table_schema: pa.Schema) -> Any:
+        try:
+            return self._db.open_table(name)
+        except (FileNotFoundError, ValueError):
+            table = self._db.create_table(name, schema=table_schema, exist_ok=True)
+            self._create_indexes(table, name)
+            return table
+
+    def _open_memories(self, model: str | None, dim: int | None) -> tuple[str, int]:
+        try:
+            table = self._db.open_table(sc.MEMORIES)
+        except (FileNotFoundError, ValueError):
+            if model is None or dim is None:
+                raise UnavailableError(
+                    f"no memories table at {self.uri}: start the service or import data first"
+                ) from None
+            table = self._db.create_table(sc.MEMORIES, schema=sc.memories_schema(dim, model), exist_ok=True)
+            self._create_indexes(table, sc.MEMORIES)
+        meta = table.schema.metadata or {}
+        stored_model = meta.get(sc.MODEL_KEY, b"").decode()
+        stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
+        if model is not None and (stored_model != model or (dim is not None and stored_dim != dim)):
+            raise ConflictError(
+                f"the store at {self.uri} holds vectors of {stored_model!r} ({stored_dim}-d), but the configured "
+                f"embedding model is {model!r} ({dim}-d). Set AGENT_MEMORY_EMBEDDING_MODEL={stored_model} "
+                f"or re-embed the store with `agent-memory reembed --model {model}`.",
+                code="embedding_model_mismatch",
+            )
+        self._tables[sc.MEMORIES] = table
+        return stored_model, stored_dim
+
+    def _create_indexes(self, table: Any, name: str, *, replace: bool = False) -> None:
+        existing = {tuple(ix.columns) for ix in table.list_indices()}
+        for column, config in INDEXES[name]:
+            if replace or (column,) not in existing:
+                table.create_index(column, config=config, replace=True)
+
+    def table(self, name: str) -> Any:
+        """The LanceDB table of that name (for notebooks and maintenance jobs)."""
+        return self._tables[name]
+
+    # -- reading helpers -----------------------------------------------------------------------
+
+    def _rows(self, name: str, where: Where, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        query = self._tables[name].search().where(where.render())
+        if columns is not None:
+            query = query.select(columns)
+        return query.limit(None).to_arrow().to_pylist()
+
+    def _existing_ids(self, name: str, org_id: str, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        rows = self._rows(name, Where().eq("org_id", org_id).isin("id", ids), ["id"])
+        return {r["id"] for r in rows}
+
+    def _insert_absent(self, name: str, rows: list[dict[str, Any]], table_schema: pa.Schema) -> None:
+        if not rows:
+            return
+        data = pa.Table.from_pylist(rows, schema=table_schema)
+        table = self._tables[name]
+        _retrying(lambda: table.merge_insert("id").when_not_matched_insert_all().execute(data), f"insert {name}")
+
+    # -- memories ------------------------------------------------------------------------------
+
+    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord]) -> set[str]:
+        """Insert absent records in one commit; return the ids that were new."""
+        for record in records:
+            if record.org_id != org_id:
+                raise InvalidInputError("every record must belong to the org being written")
+        existing = self._existing_ids(sc.MEMORIES, org_id, [r.id for r in records])
+        fresh = [r for r in records if r.id not in existing]
+        table_schema = self._tables[sc.MEMORIES].schema
+        self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in fresh], table_schema)
+        return {r.id for r in fresh}
+
+    def get_memories(self, scope: Scope, ids: Sequence[str], *, with_vectors: bool = False) -> list[MemoryRecord]:
+        """The records among `ids` inside the scope."""
+        if not ids:
+            return []
+        columns = None if with_vectors else [c for c in self._tables[sc.MEMORIES].schema.names if c != "vector"]
+        rows = self._rows(sc.MEMORIES, scoped(scope).isin("id", ids), columns)
+        return [sc.memory_record(r) for r in rows]
+
+    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:
+        """Newest first; the cursor is the (created_at, id) of the last row returned."""
+        where = scoped(scope)
+        if status is not None:
+            where.eq("status", status)
+        keys = self._rows(sc.MEMORIES, where, ["id", "created_at"])
+        keys.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+        if cursor is not None:
+            after = _decode_cursor(cursor)
+            keys = [k for k in keys if (k["created_at"].isoformat(), k["id"]) < after]
+        page = keys[:limit]
+        records = {r.id: r for r in self.get_memories(scope, [k["id"] for k in page])}
+        ordered = [records[k["id"]] for k in page if k["id"] in records]
+        next_cursor = None
+        if len(keys) > limit and page:
+            last = page[-1]
+            next_cursor = _encode_cursor(last["created_at"].isoformat(), last["id"])
+        return Page(ordered, next_cursor)
+
+    def replace_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
+        """Overwrite rows that still exist in the scope; a row deleted meanwhile stays deleted."""
+        if not records:
+            return 0
+        present = {r.id for r in self.get_memories(scope, [r.id for r in records])}
+        rows = [sc.memory_row(r) for r in records if r.id in present]
+        if not rows:
+            return 0
+        table = self._tables[sc.MEMORIES]
+        data = pa.Table.from_pylist(rows, schema=table.schema)
+        result = _retrying(lambda: table.merge_insert("id").when_matched_update_all().execute(data), "update")
+        return int(getattr(result, "num_updated_rows", len(rows)))
+
+    def delete_memories(self, scope: Scope, ids: Sequence[str]) -> int:
+        """Delete rows of the scope by id."""
+        if not ids:
+            return 0
+        where = scoped(scope).isin("id", ids).render()
+        table = self._tables[sc.MEMORIES]
+        count = table.count_rows(where)
+        if count:
+            _retrying(lambda: table.delete(where), "delete")
+        return count
+
+    def _recall_where(self, scope: Scope, recall_filter: RecallFilter) -> Where:
+        where = scoped(scope).eq("status", recall_filter.status)
+        if recall_filter.memory_types:
+            where.isin("memory_type", recall_filter.memory_types)
+        if recall_filter.since is not None:
+            where.ge("created_at", recall_filter.since)
+        if recall_filter.until is not None:
+            where.lt("created_at", recall_filter.until + timedelta(microseconds=1))
+        if recall_filter.now is not None:
+            where.null_or_gt("expires_at", recall_filter.now)
+        if recall_filter.metadata:
+            where.has_all("metadata_kv", [metadata_term(k, v) for k, v in sorted(recall_filter.metadata.items())])
+        return where
+
+    def _snapshot(self) -> Any:
+        """A Lance dataset at the table's latest version, reopened only when the version moves.
+
+        Recall reads through it directly: it answers the same queries as the LanceDB table with
+        a few milliseconds less overhead per call, which is most of a per-user search.
+        """
+        table = self._tables[sc.MEMORIES]
+        version = table.version  # honours the read-consistency interval: sees other writers
+        with self._snapshot_lock:
+            if self._snapshot_ds is None or self._snapshot_version != version:
+                self._snapshot_ds = table.to_lance()
+                self._snapshot_version = version
+            return self._snapshot_ds
+
+    def vector_search(self, scope: Scope, vector: np.ndarray, recall_filter: RecallFilter, limit: int) -> list[Candidate]:
+        """Exact cosine search inside the prefiltered rows (flat within one user, never short of k)."""
+        nearest = {
+            "column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": limit, "metric": "cosine",
+            # Per-user scopes are small: exact search. Wider scopes may use an ANN index if one exists.
+            "use_index": scope.user_id is None,
+        }
+        result = self._snapshot().to_table(
+            columns=CANDIDATE_COLUMNS, filter=self._recall_where(scope, recall_filter).render(),
+            prefilter=True, nearest=nearest,
+        )
+        return _candidates(result, lambda distance: 1.0 - distance, "_distance")
+
+    def keyword_search(self, scope: Scope, keywords: str, recall_filter: RecallFilter, limit: int) -> list[Candidate]:
+        """BM25 over `keywords` inside the prefiltered rows."""
+        if not keywords.strip():
+            return []
+        result = self._snapshot().to_table(
+            columns=CANDIDATE_COLUMNS, filter=self._recall_where(scope, recall_filter).render(),
+            prefilter=True, full_text_query={"query": keywords, "columns": ["keywords"]}, limit=limit,
+        )
+        return _candidates(result, float, "_score")
+
+    def recall_records(self, scope: Scope, ids: Sequence[str]) -> list[MemoryRecord]:
+        """The display columns of recalled memories (read through the recall snapshot)."""
+        if not ids:
+            return []
+        result = self._snapshot().to_table(columns=DISPLAY_COLUMNS, filter=scoped(scope).isin("id", ids).render())
+        return [sc.memory_record(r) for r in result.to_pylist()]
+
+    def record_access(self, org_id: str, counts: dict[str, int], at: datetime) -> int:
+        """Add access counts with SQL updates: rows erased, merged or expired meanwhile are untouched."""
+        by_delta: dict[int, list[str]] = defaultdict(list)
+        for memory_id, delta in counts.items():
+            by_delta[int(delta)].append(memory_id)
+        table = self._tables[sc.MEMORIES]
+        updated = 0
+        for delta, ids in by_delta.items():
+            where = Where().eq("org_id", org_id).isin("id", ids).eq("status", "active").render()
+            values = {"access_count": f"access_count + {delta}", "last_accessed_at": literal(at)}
+            result = _retrying(lambda w=where, v=values: table.update(where=w, values_sql=v), "record access")
+            updated += int(getattr(result, "rows_updated", 0) or 0)
+        return updated
+
+    # -- events, messages, jobs ----------------------------------------------------------------
+
+    def append_events(self, org_id: str, events: Sequence[MemoryEvent]) -> None:
+        """Insert events whose id is absent, in one commit."""
+        rows = [sc.event_row(e) for e in events if e.org_id == org_id]
+        if len(rows) != len(events):
+            raise InvalidInputError("every event must belong to the org being written")
+        self._insert_absent(sc.EVENTS, rows, sc.EVENTS_SCHEMA)
+
+    def memory_events(self, scope: Scope, memory_id: str) -> list[MemoryEvent]:
+        """Audit events of one memory of the scope's user, oldest first."""
+        where = Where().eq("org_id", scope.org_id).eq("user_id", scope.user_id).eq("memory_id", memory_id)
+        events = [sc.event_record(r) for r in self._rows(sc.EVENTS, where)]
+        # Event ids other than creation are time-ordered, so equal timestamps keep their order.
+        events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
+        return events
+
+    def append_messages(self, org_id: str, messages: Sequence[MessageRecord]) -> set[str]:
+        """Log messages not logged before; return the row ids that were new."""
+        if any(m.org_id != org_id for m in messages):
+            raise InvalidInputError("every message must belong to the org being written")
+        existing = self._existing_ids(sc.MESSAGES, org_id, [m.id for m in messages])
+        fresh = [m for m in messages if m.id not in existing]
+        self._insert_absent(sc.MESSAGES, [sc.message_row(m) for m in fresh], sc.MESSAGES_SCHEMA)
+        return {m.id for m in fresh}
+
+    def session_messages(self, scope: Scope, session_id: str, last: int) -> list[MessageRecord]:
+        """The last messages of one session of the scope's user, oldest first."""
+        where = Where().eq("org_id", scope.org_id).eq("user_id", scope.user_id).eq("session_id", session_id)
+        rows = self._rows(sc.MESSAGES, where)
+        rows.sort(key=lambda r: (r["created_at"], r["message_id"]))
+        return [sc.message_record(r) for r in rows[-last:]] if last > 0 else []
+
+    def put_job(self, org_id: str, job: dict[str, Any]) -> None:
+        """Create or overwrite one job row."""
+        if job.get("org_id") != org_id:
+            raise InvalidInputError("the job must belong to the org being written")
+        data = pa.Table.from_pylist([sc.job_row(job)], schema=sc.JOBS_SCHEMA)
+        table = self._tables[sc.JOBS]
+        _retrying(
+            lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data),
+            "put job",
+        )
+
+    def get_job(self, org_id: str, job_id: str) -> dict[str, Any] | None:
+        """One job of the org."""
+        rows = self._rows(sc.JOBS, Where().eq("org_id", org_id).eq("id", job_id))
+        return sc.job_dict(rows[0]) if rows else None
+
+    # -- erasure and maintenance ---------------------------------------------------------------
+
+    def erase_user(self, org_id: str, user_id: str) -> dict[str, int]:
+        """Delete the user from every table, rebuild indexes without them, and purge old versions."""
+        where = Where().eq("org_id", org_id).eq("user_id", user_id).render()
+        counts: dict[str, int] = {}
+        for name in sc.TABLES:
+            table = self._tables[name]
+            counts[name] = table.count_rows(where)
+            if counts[name]:
+                _retrying(lambda t=table: t.delete(where), f"erase {name}")
+        for name in sc.TABLES:
+            self._purge(name)
+        return counts
+
+    def _purge(self, name: str) -> None:
+        """Compact, rebuild every index from live rows, and delete all older versions and files."""
+        table = self._tables[name]
+        with warnings.catch_warnings():
+            # Dropping every older version is the point here; Lance warns about exactly that.
+            warnings.simplefilter("ignore", UserWarning)
+            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            self._create_indexes(table, name, replace=True)
+            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+
+    def optimize(self, *, retain: timedelta = timedelta(days=7)) -> dict[str, Any]:
+        """Compact fragments, fold new rows into indexes, and clean versions older than `retain`."""
+        report: dict[str, Any] = {}
+        for name in sc.TABLES:
+            table = self._tables[name]
+            before = self._table_shape(name)
+            table.optimize(cleanup_older_than=retain)
+            report[name] = {"before": before, "after": self._table_shape(name)}
+        return report
+
+    def _table_shape(self, name: str) -> dict[str, int]:
+        table = self._tables[name]
+        stats = table.stats()
+        return {
+            "rows": int(stats.get("num_rows", 0)),
+            "fragments": int(stats.get("fragment_stats", {}).get("num_fragments", 0)),
+            "versions": len(table.list_versions()),
+        }
+
+    def stats(self, org_id: str | None) -> dict[str, Any]:
+        """Counts per table, and per memory type and status, for one org or all."""
+        out: dict[str, Any] = {"uri": self.uri, "embedding_model": self.embedding_model,
+                               "embedding_dim": self.embedding_dim, "tables": {}}
+        for name in sc.TABLES:
+            out["tables"][name] = self._table_shape(name)
+        table = self._tables[sc.MEMORIES]
+        scan = table.search()
+        if org_id is not None:
+            scan = scan.where(Where().eq("org_id", org_id).render())
+        rows = scan.select(["user_id", "memory_type", "status"]).limit(None).to_arrow().to_pylist()
+        by_type: dict[str, int] = defaultdict(int)
+        by_status: dict[str, int] = defaultdict(int)
+        for r in rows:
+            by_type[r["memory_type"]] += 1
+            by_status[r["status"]] += 1
+        out["memories"] = {
+            "total": len(rows), "users": len({r["user_id"] for r in rows}),
+            "by_type": dict(by_type), "by_status": dict(by_status),
+        }
+        return out
+
+    def versions(self, name: str) -> list[int]:
+        """The retained versions of a table (erasure tests read every one)."""
+        return [int(v["version"]) for v in self._tables[name].list_versions()]
+
+
+def _candidates(result: pa.Table, score: Callable[[float], float], column: str) -> list[Candidate]:
+    cols = {name: result.column(name).to_pylist() for name in (*CANDIDATE_COLUMNS, column)}
+    return [
+        Candidate(memory_id, score(float(raw)), created, float(importance), float(oov))
+        for memory_id, created, importance, oov, raw in zip(
+            cols["id"], cols["created_at"], cols["importance"], cols["oov"], cols[column], strict=True
+        )
+    ]
+
+
+def _encode_cursor(created_at: str, memory_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at, memory_id]).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        created_at, memory_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return str(created_at), str(memory_id)
+    except Exception:
+        raise InvalidInputError("cursor is not one this server returned") from None
+
+
+def open_store(settings: Settings, *, embedding_model: str | None, embedding_dim: int | None) -> LanceStore:
+    """The store the settings point at; pass the embedder's name and dim to create or check it."""
+    return LanceStore(
+        settings.storage_uri,
+        embedding_model=embedding_model,
+        embedding_dim=embedding_dim,
+        storage_options=settings.storage_options,
+    )

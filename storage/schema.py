@@ -1,0 +1,171 @@
+"""The Arrow schema of each table, declared once, and the conversions between rows and records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord
+from storage.filters import metadata_term
+
+MEMORIES = "memories"
+MESSAGES = "messages"
+EVENTS = "events"
+JOBS = "jobs"
+TABLES = (MEMORIES, MESSAGES, EVENTS, JOBS)
+
+MODEL_KEY = b"embedding_model"
+DIM_KEY = b"embedding_dim"
+
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def memories_schema(dim: int, model: str) -> pa.Schema:
+    """The `memories` table; the embedding model and dimension are recorded in its metadata."""
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("org_id", pa.string(), nullable=False),
+            pa.field("team_id", pa.string()),
+            pa.field("user_id", pa.string(), nullable=False),
+            pa.field("agent_id", pa.string()),
+            pa.field("session_id", pa.string()),
+            pa.field("content", pa.string(), nullable=False),
+            pa.field("index_text", pa.string(), nullable=False),
+            pa.field("keywords", pa.string(), nullable=False),
+            pa.field("memory_type", pa.string(), nullable=False),
+            pa.field("importance", pa.float32(), nullable=False),
+            pa.field("confidence", pa.float32(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("superseded_by", pa.string()),
+            pa.field("valid_from", _TS, nullable=False),
+            pa.field("valid_to", _TS),
+            pa.field("created_at", _TS, nullable=False),
+            pa.field("updated_at", _TS, nullable=False),
+            pa.field("last_accessed_at", _TS),
+            pa.field("access_count", pa.int64(), nullable=False),
+            pa.field("expires_at", _TS),
+            pa.field("source_ids", pa.list_(pa.string())),
+            pa.field("metadata", pa.string(), nullable=False),
+            pa.field("metadata_kv", pa.list_(pa.string())),
+            pa.field("oov", pa.float32(), nullable=False),
+            pa.field("origin_hash", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+        ],
+        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode()},
+    )
+
+
+MESSAGES_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("org_id", pa.string(), nullable=False),
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("agent_id", pa.string()),
+        pa.field("session_id", pa.string(), nullable=False),
+        pa.field("message_id", pa.string(), nullable=False),
+        pa.field("role", pa.string(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("content", pa.string(), nullable=False),
+        pa.field("created_at", _TS, nullable=False),
+        pa.field("metadata", pa.string(), nullable=False),
+    ]
+)
+
+EVENTS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("org_id", pa.string(), nullable=False),
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("memory_id", pa.string()),
+        pa.field("action", pa.string(), nullable=False),
+        pa.field("actor", pa.string(), nullable=False),
+        pa.field("created_at", _TS, nullable=False),
+        pa.field("before", pa.string()),
+        pa.field("after", pa.string()),
+    ]
+)
+
+JOBS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("org_id", pa.string(), nullable=False),
+        pa.field("user_id", pa.string()),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("progress", pa.float64(), nullable=False),
+        pa.field("created_at", _TS, nullable=False),
+        pa.field("updated_at", _TS, nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("report", pa.string(), nullable=False),
+    ]
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def memory_row(record: MemoryRecord) -> dict[str, Any]:
+    """A record as a row of the `memories` table."""
+    row = record.model_dump(exclude={"metadata"})
+    row["metadata"] = _dumps(record.metadata)
+    row["metadata_kv"] = [metadata_term(k, v) for k, v in record.metadata.items()]
+    return row
+
+
+def memory_record(row: dict[str, Any]) -> MemoryRecord:
+    """A row of the `memories` table as a record (trusted data: validation is skipped for speed)."""
+    data = {k: v for k, v in row.items() if not k.startswith("_") and k != "metadata_kv"}
+    data["metadata"] = json.loads(data.get("metadata") or "{}")
+    data["source_ids"] = list(data.get("source_ids") or [])
+    if data.get("vector") is not None:
+        data["vector"] = list(data["vector"])
+    return MemoryRecord.model_construct(**data)
+
+
+def message_row(record: MessageRecord) -> dict[str, Any]:
+    """A message record as a row."""
+    row = record.model_dump(exclude={"metadata"})
+    row["metadata"] = _dumps(record.metadata)
+    return row
+
+
+def message_record(row: dict[str, Any]) -> MessageRecord:
+    """A row of `messages` as a record."""
+    data = dict(row)
+    data["metadata"] = json.loads(data.get("metadata") or "{}")
+    return MessageRecord.model_construct(**data)
+
+
+def event_row(event: MemoryEvent) -> dict[str, Any]:
+    """An audit event as a row."""
+    row = event.model_dump(exclude={"before", "after"})
+    row["before"] = None if event.before is None else _dumps(event.before)
+    row["after"] = None if event.after is None else _dumps(event.after)
+    return row
+
+
+def event_record(row: dict[str, Any]) -> MemoryEvent:
+    """A row of `events` as a record."""
+    data = dict(row)
+    for key in ("before", "after"):
+        data[key] = None if data.get(key) is None else json.loads(data[key])
+    return MemoryEvent.model_construct(**data)
+
+
+def job_row(job: dict[str, Any]) -> dict[str, Any]:
+    """A job dict as a row (the report is stored as JSON)."""
+    row = {name: job.get(name) for name in JOBS_SCHEMA.names}
+    row["report"] = _dumps(job.get("report") or {})
+    row["progress"] = float(job.get("progress") or 0.0)
+    return row
+
+
+def job_dict(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of `jobs` as the dict the API returns."""
+    data = dict(row)
+    data["report"] = json.loads(data.get("report") or "{}")
+    return data

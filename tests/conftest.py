@@ -1,0 +1,69 @@
+"""Shared fixtures: the real bundled model (loaded once per session) and a real LanceDB per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from agent_memory.embedding import Embedder, SentenceTransformerEmbedder  # noqa: E402
+from agent_memory.service import MemoryService  # noqa: E402
+from agent_memory.settings import Settings  # noqa: E402
+from storage import LanceStore  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Clock:
+    """A settable clock, so tests move time instead of sleeping."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime(2026, 1, 15, 12, 0, tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return SentenceTransformerEmbedder(cache_size=256)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def make_service(embedder: Embedder, tmp_path: Path) -> Iterator[Callable[..., MemoryService]]:
+    services: list[MemoryService] = []
+
+    def make(clock: Callable[[], datetime] | None = None, **overrides: object) -> MemoryService:
+        settings = Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None, **overrides)  # type: ignore[call-arg]
+        store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+        service = MemoryService(store, embedder, settings, clock=clock or Clock(), defer_access=False)
+        services.append(service)
+        return service
+
+    yield make
+    for service in services:
+        service.close()
+
+
+@pytest.fixture
+def service(make_service: Callable[..., MemoryService], clock: Clock) -> MemoryService:
+    return make_service(clock=clock)

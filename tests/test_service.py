@@ -1,0 +1,212 @@
+"""The memory service on a real LanceDB and the real bundled model."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
+from agent_memory.models import Scope
+from agent_memory.service import MemoryService
+from storage import LanceStore
+from tests.conftest import Clock
+
+U = Scope.user("acme", "u1")
+
+
+def _count(service: MemoryService) -> int:
+    return service.store.table("memories").count_rows()
+
+
+def test_add_is_idempotent_and_conflicting_key_is_refused(service: MemoryService) -> None:
+    body = [{"user_id": "u1", "content": "prefers tea"}, {"user_id": "u1", "content": "lives in Lyon"}]
+    first = service.add_many("acme", body, idempotency_key="req-1")
+    again = service.add_many("acme", body, idempotency_key="req-1")
+    assert first.ids == again.ids and again.created == set()
+    assert _count(service) == 2
+    with pytest.raises(ConflictError):
+        service.add_many("acme", [{"user_id": "u1", "content": "prefers coffee"}], idempotency_key="req-1")
+    # Same text without any key is keyed by its content: a retry stores nothing twice.
+    plain = service.add("acme", {"user_id": "u1", "content": "has a cat"})
+    assert service.add("acme", {"user_id": "u1", "content": "has a cat"}) == plain
+    assert _count(service) == 3
+    events = service.history(U, plain)
+    assert [e.action for e in events] == ["created"]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"user_id": "u1", "content": "   "}, "content"),
+        ({"user_id": "u1", "content": "x" * 9000}, "limit"),
+        ({"user_id": "u1", "content": "ok", "memory_type": "dream"}, "memory_type"),
+        ({"user_id": "u1", "content": "ok", "created_at": "last tuesday"}, "created_at"),
+        ({"user_id": "u1", "content": "ok", "importance": float("nan")}, "importance"),
+        ({"user_id": "u1", "content": "ok", "importance": 1.5}, "importance"),
+        ({"user_id": "", "content": "ok"}, "user_id"),
+        ({"content": "ok"}, "user_id"),
+        ({"user_id": "u1", "content": "ok", "surprise": 1}, "surprise"),
+        ({"user_id": "u1", "content": "ok", "metadata": {"k": float("inf")}}, "metadata"),
+    ],
+)
+def test_bad_input_raises_typed_error_and_writes_nothing(service: MemoryService, bad: dict, message: str) -> None:
+    good = {"user_id": "u1", "content": "a good memory in the same batch"}
+    with pytest.raises(InvalidInputError) as info:
+        service.add_many("acme", [good, bad])
+    assert message in str(info.value)
+    assert _count(service) == 0
+    assert service.store.table("events").count_rows() == 0
+
+
+def test_recall_filters(service: MemoryService, clock: Clock) -> None:
+    old = clock.now - timedelta(days=400)
+    service.add_many(
+        "acme",
+        [
+            {"user_id": "u1", "content": "Refunds need two approvals", "memory_type": "procedural", "metadata": {"team": "billing"}},
+            {"user_id": "u1", "content": "Reported a refund bug last year", "memory_type": "episodic", "created_at": old},
+            {"user_id": "u1", "content": "Refund policy is 30 days", "metadata": {"team": "support"},
+             "expires_at": clock.now + timedelta(days=1)},
+        ],
+    )
+    q = {"user_id": "u1", "query": "refund"}
+    assert len(service.recall("acme", q).memories) == 3
+    only_proc = service.recall("acme", {**q, "memory_types": ["procedural"]}).memories
+    assert [h.content for h in only_proc] == ["Refunds need two approvals"]
+    billing = service.recall("acme", {**q, "filters": {"team": "billing"}}).memories
+    assert [h.content for h in billing] == ["Refunds need two approvals"]
+    recent = service.recall("acme", {**q, "since": (clock.now - timedelta(days=30)).isoformat()}).memories
+    assert len(recent) == 2
+    older = service.recall("acme", {**q, "until": (clock.now - timedelta(days=30)).isoformat()}).memories
+    assert [h.content for h in older] == ["Reported a refund bug last year"]
+    clock.advance(days=2)
+    assert len(service.recall("acme", q).memories) == 2  # the expired one left recall
+    strict = service.recall("acme", {**q, "min_score": 0.99}).memories
+    assert strict == []
+    with pytest.raises(InvalidInputError):
+        service.recall("acme", {"user_id": "u1", "query": " "})
+    with pytest.raises(InvalidInputError):
+        service.recall("acme", {**q, "scope": "team"})
+
+
+def test_scores_are_reported_and_old_relevant_fact_beats_new_noise(service: MemoryService, clock: Clock) -> None:
+    service.add_many(
+        "acme",
+        [
+            {"user_id": "u1", "content": "My daughter Emma was born in Lisbon", "created_at": clock.now - timedelta(days=700)},
+            {"user_id": "u1", "content": "Nice weather today, thanks!", "created_at": clock.now},
+        ],
+    )
+    hits = service.recall("acme", {"user_id": "u1", "query": "where was Emma born?"}).memories
+    assert hits[0].content.startswith("My daughter Emma")
+    parts = hits[0].scores
+    assert 0 <= parts.semantic <= 1 and parts.keyword == 1.0 and parts.recency < 0.1
+    assert 0 <= hits[0].score <= 1
+
+
+def test_chinese_recall_leans_on_keywords(service: MemoryService) -> None:
+    service.add_many(
+        "acme",
+        [
+            {"user_id": "u1", "content": "我最喜欢的编程语言是 Rust"},
+            {"user_id": "u1", "content": "周末去杭州看了西湖"},
+            {"user_id": "u1", "content": "服务器操作系统用的是 Debian"},
+        ],
+    )
+    hits = service.recall("acme", {"user_id": "u1", "query": "他周末去了哪里？杭州"}).memories
+    assert hits[0].content == "周末去杭州看了西湖"
+    hits = service.recall("acme", {"user_id": "u1", "query": "服务器用什么操作系统"}).memories
+    assert hits[0].content.startswith("服务器操作系统")
+
+
+def test_update_reembeds_and_audits(service: MemoryService) -> None:
+    memory_id = service.add("acme", {"user_id": "u1", "content": "Uses VS Code", "id": "editor"})
+    updated = service.update(U, "editor", {"content": "Uses Neovim", "importance": 0.9})
+    assert updated.content == "Uses Neovim" and updated.importance == pytest.approx(0.9)
+    assert service.recall("acme", {"user_id": "u1", "query": "neovim"}).memories[0].id == memory_id
+    history = service.history(U, memory_id)
+    assert [e.action for e in history] == ["created", "updated"]
+    assert history[1].before == {"content": "Uses VS Code", "importance": 0.5}
+    with pytest.raises(InvalidInputError):
+        service.update(U, memory_id, {})
+    with pytest.raises(InvalidInputError):
+        service.update(U, memory_id, {"importance": -1})
+
+
+def test_delete_records_event_and_history_survives(service: MemoryService) -> None:
+    memory_id = service.add("acme", {"user_id": "u1", "content": "temporary note"})
+    service.delete(U, memory_id)
+    with pytest.raises(NotFoundError):
+        service.get(U, memory_id)
+    assert [e.action for e in service.history(U, memory_id)] == ["created", "deleted"]
+    with pytest.raises(NotFoundError):
+        service.delete(U, memory_id)
+
+
+def test_list_paginates_newest_first(service: MemoryService, clock: Clock) -> None:
+    for i in range(7):
+        service.add("acme", {"user_id": "u1", "content": f"note {i}", "created_at": clock.now + timedelta(minutes=i)})
+    seen, cursor = [], None
+    while True:
+        page = service.list(U, limit=3, cursor=cursor)
+        seen += [m.content for m in page.records]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == [f"note {i}" for i in reversed(range(7))]
+    with pytest.raises(InvalidInputError):
+        service.list(U, cursor="garbage")
+
+
+def test_access_is_deferred_and_never_resurrects(service: MemoryService) -> None:
+    keep = service.add("acme", {"user_id": "u1", "content": "likes hiking in the Alps"})
+    gone = service.add("acme", {"user_id": "u1", "content": "likes hiking in Norway"})
+    hits = service.recall("acme", {"user_id": "u1", "query": "hiking"}).memories
+    assert {h.id for h in hits} == {keep, gone}
+    assert service.get(U, keep).access_count == 0  # nothing written on the recall path
+    # A row deleted (or merged) before the flush must not come back.
+    service.store.delete_memories(U, [gone])
+    assert service.access.flush() == 1
+    assert service.get(U, keep).access_count == 1
+    with pytest.raises(NotFoundError):
+        service.get(U, gone)
+    assert service.store.table("memories").count_rows() == 1
+
+
+def test_other_embedding_model_is_a_clear_error(service: MemoryService, settings) -> None:
+    service.add("acme", {"user_id": "u1", "content": "anything"})
+    with pytest.raises(ConflictError) as info:
+        LanceStore(service.settings.storage_uri, embedding_model="other-model", embedding_dim=768)
+    assert info.value.code == "embedding_model_mismatch" and "all-MiniLM-L6-v2" in str(info.value)
+
+
+def test_team_scope_recall(service: MemoryService) -> None:
+    service.add("acme", {"user_id": "u1", "team_id": "t1", "content": "Team deploys on Tuesdays"})
+    service.add("acme", {"user_id": "u2", "team_id": "t1", "content": "Team uses Grafana for deploys"})
+    service.add("acme", {"user_id": "u3", "team_id": "t2", "content": "Other team deploys daily"})
+    hits = service.recall("acme", {"user_id": "u1", "query": "deploys", "scope": "team", "team_id": "t1"}).memories
+    assert {h.user_id for h in hits} == {"u1", "u2"}
+
+
+def test_redaction_applies_before_storage(service: MemoryService) -> None:
+    memory_id = service.add(
+        "acme", {"user_id": "u1", "content": "Mail me at jane.doe@example.com or call 13800138000", "metadata": {"note": "sk-abcdefghijklmnopqrstuvwxyz123456"}}
+    )
+    record = service.get(U, memory_id)
+    assert "jane.doe" not in record.content and "13800138000" not in record.content
+    assert "[EMAIL]" in record.content and "[PHONE]" in record.content
+    assert "sk-abc" not in str(record.metadata)
+    events = service.history(U, memory_id)
+    assert "jane.doe" not in str(events[0].after)
+
+
+def test_session_messages_window(service: MemoryService) -> None:
+    records = service.message_records(
+        "acme", "u1", "s1", [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+    )
+    service.log_messages("acme", records)
+    service.log_messages("acme", records)  # a retry logs nothing twice
+    window = service.session_messages(U, "s1", last=3)
+    assert [m.content for m in window] == ["turn 2", "turn 3", "turn 4"]
+    assert service.session_messages(Scope.user("acme", "u2"), "s1", last=3) == []

@@ -6,9 +6,9 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from agent_memory.errors import InvalidInputError
 
@@ -77,6 +77,38 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
 
+def _identifier_value(value: str) -> str:
+    try:
+        check_identifier("value", value)
+    except InvalidInputError as exc:
+        raise ValueError(exc.message.removeprefix("value ")) from None
+    return value
+
+
+def _text_value(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _unit_value(value: float) -> float:
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError("must be a finite number between 0 and 1")
+    return float(value)
+
+
+def _metadata_value(value: Any) -> Any:
+    return _check_metadata(value) if isinstance(value, dict) or value is None else value
+
+
+# Field types shared by every input model: each rule is written once.
+Identifier = Annotated[str, AfterValidator(_identifier_value)]
+Text = Annotated[str, AfterValidator(_text_value)]
+Unit = Annotated[float, AfterValidator(_unit_value)]
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+Metadata = Annotated[dict[str, Any], BeforeValidator(_metadata_value)]
+
+
 def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any]:
     if value is None:
         return {}
@@ -90,94 +122,36 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any]:
     return value
 
 
-def _check_unit(name: str, value: float | None) -> float | None:
-    if value is None:
-        return None
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a finite number between 0 and 1")
-    return float(value)
 
 
 class NewMemory(_Input):
     """A memory to write, as an agent or a job sends it."""
 
-    user_id: str
-    content: str
+    user_id: Identifier
+    content: Text
     memory_type: MemoryType = "semantic"
-    id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
-    team_id: str | None = None
-    importance: float = 0.5
-    confidence: float = 1.0
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime | None = None
-    expires_at: datetime | None = None
+    id: Identifier | None = None
+    agent_id: Identifier | None = None
+    session_id: Identifier | None = None
+    team_id: Identifier | None = None
+    importance: Unit = 0.5
+    confidence: Unit = 1.0
+    metadata: Metadata = Field(default_factory=dict)
+    created_at: UtcDatetime | None = None
+    expires_at: UtcDatetime | None = None
     # Set by extraction and import, not by HTTP clients: provenance and search context.
     source_ids: list[str] = Field(default_factory=list)
     context: str | None = None
-
-    @field_validator("user_id", "id", "agent_id", "session_id", "team_id")
-    @classmethod
-    def _identifier(cls, value: str | None, info: Any) -> str | None:
-        try:
-            return check_identifier(info.field_name, value, required=info.field_name == "user_id")
-        except InvalidInputError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content must not be empty")
-        return value
-
-    @field_validator("importance", "confidence")
-    @classmethod
-    def _unit(cls, value: float, info: Any) -> float:
-        return _check_unit(info.field_name, value)  # type: ignore[return-value]
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _metadata(cls, value: Any) -> Any:
-        return _check_metadata(value) if isinstance(value, dict) or value is None else value
-
-    @field_validator("created_at", "expires_at")
-    @classmethod
-    def _tz(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
 
 
 class MemoryPatch(_Input):
     """An in-place change to one memory; fields left out stay as they are."""
 
-    content: str | None = None
+    content: Text | None = None
     memory_type: MemoryType | None = None
-    importance: float | None = None
-    metadata: dict[str, Any] | None = None
-    expires_at: datetime | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("content must not be empty")
-        return value
-
-    @field_validator("importance")
-    @classmethod
-    def _unit(cls, value: float | None) -> float | None:
-        return _check_unit("importance", value)
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _metadata(cls, value: Any) -> Any:
-        return _check_metadata(value) if isinstance(value, dict) else value
-
-    @field_validator("expires_at")
-    @classmethod
-    def _tz(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
+    importance: Unit | None = None
+    metadata: Metadata | None = None
+    expires_at: UtcDatetime | None = None
 
 
 class MemoryRecord(BaseModel):
@@ -239,36 +213,11 @@ class Message(_Input):
     """One conversation turn as sent by an agent or found in a history file."""
 
     role: Role
-    content: str
-    name: str | None = None
-    message_id: str | None = None
-    created_at: datetime | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content must not be empty")
-        return value
-
-    @field_validator("message_id", "name")
-    @classmethod
-    def _short(cls, value: str | None, info: Any) -> str | None:
-        try:
-            return check_identifier(info.field_name, value, required=False)
-        except InvalidInputError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("created_at")
-    @classmethod
-    def _tz(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _metadata(cls, value: Any) -> Any:
-        return _check_metadata(value) if isinstance(value, dict) or value is None else value
+    content: Text
+    name: Identifier | None = None
+    message_id: Identifier | None = None
+    created_at: UtcDatetime | None = None
+    metadata: Metadata = Field(default_factory=dict)
 
 
 class MessageRecord(BaseModel):
@@ -290,44 +239,19 @@ class MessageRecord(BaseModel):
 class SearchQuery(_Input):
     """A recall request."""
 
-    user_id: str
-    query: str
+    user_id: Identifier
+    query: Text
     top_k: int = Field(default=10, ge=1, le=200)
     memory_types: list[MemoryType] | None = None
     scope: Literal["user", "team"] = "user"
-    team_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
+    team_id: Identifier | None = None
+    agent_id: Identifier | None = None
+    session_id: Identifier | None = None
     filters: dict[str, MetadataValue] | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    min_score: float | None = None
+    since: UtcDatetime | None = None
+    until: UtcDatetime | None = None
+    min_score: Unit | None = None
     mode: RecallMode = "hybrid"
-
-    @field_validator("user_id", "team_id", "agent_id", "session_id")
-    @classmethod
-    def _identifier(cls, value: str | None, info: Any) -> str | None:
-        try:
-            return check_identifier(info.field_name, value, required=info.field_name == "user_id")
-        except InvalidInputError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("query")
-    @classmethod
-    def _query(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("query must not be empty")
-        return value
-
-    @field_validator("min_score")
-    @classmethod
-    def _unit(cls, value: float | None) -> float | None:
-        return _check_unit("min_score", value)
-
-    @field_validator("since", "until")
-    @classmethod
-    def _tz(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value) if value is not None else None
 
 
 class ScoreParts(BaseModel):

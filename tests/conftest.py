@@ -67,3 +67,14 @@ def make_service(embedder: Embedder, tmp_path: Path) -> Iterator[Callable[..., M
 @pytest.fixture
 def service(make_service: Callable[..., MemoryService], clock: Clock) -> MemoryService:
     return make_service(clock=clock)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """One local Ray for the whole test session (2 CPUs, as on every machine here)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()

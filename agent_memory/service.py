@@ -21,6 +21,7 @@ from agent_memory.access import AccessRecorder
 from agent_memory.embedding import Embedder
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from agent_memory.ids import fingerprint, memory_id, stable_id
+from agent_memory.merge import merge_records, superseded
 from agent_memory.models import (
     MemoryEvent,
     MemoryPatch,
@@ -339,6 +340,62 @@ class MemoryService:
         )
         self.store.append_events(org_id, [event])
         return counts
+
+    def merge(
+        self,
+        scope: Scope,
+        canonical: MemoryRecord,
+        others: Sequence[MemoryRecord],
+        *,
+        action: Literal["reinforced", "merged"] = "merged",
+        actor: str = "system",
+    ) -> MemoryRecord:
+        """Fold `others` into `canonical` (new or existing) and supersede them, with an event for each.
+
+        The merged memory is written before its sources are superseded, so a run killed in
+        between leaves every fact findable, and a re-run finds the sources and finishes the job.
+        `canonical` must carry its vector when it is new.
+        """
+        now = self.clock()
+        others = [o for o in others if o.id != canonical.id]
+        merged = merge_records(canonical, others, now)
+        before = {"source_ids": list(canonical.source_ids), "importance": canonical.importance,
+                  "access_count": canonical.access_count}
+        if self.store.get_memories(scope, [canonical.id]):
+            if not self.store.replace_memories(scope, [merged]):
+                raise NotFoundError(f"memory {canonical.id} not found")
+        else:
+            if merged.vector is None:
+                self.embed_records([merged])
+            self.store.insert_memories(scope.org_id, [merged])
+            before = None
+        retired = [superseded(o, merged.id, now) for o in others]
+        self.store.replace_memories(scope, retired)
+        self.access.discard(scope.org_id, [o.id for o in others])
+        after = {"source_ids": merged.source_ids, "importance": merged.importance,
+                 "access_count": merged.access_count, "absorbed": [o.id for o in others]}
+        events = [self._event(merged, action, actor, before=before, after=after)]
+        events += [
+            self._event(o, "superseded", actor, before={"status": "active"},
+                        after={"status": "superseded", "superseded_by": merged.id})
+            for o in others
+        ]
+        self.store.append_events(scope.org_id, events)
+        merged.vector = None
+        return merged
+
+    def supersede(self, scope: Scope, old: MemoryRecord, new_id: str, *, actor: str = "system") -> None:
+        """Retire `old` in favour of the memory `new_id` (a contradiction: the newer fact wins)."""
+        if not self.store.get_memories(scope, [new_id]):
+            raise NotFoundError(f"memory {new_id} not found")
+        now = self.clock()
+        if not self.store.replace_memories(scope, [superseded(old, new_id, now)]):
+            raise NotFoundError(f"memory {old.id} not found")
+        self.access.discard(scope.org_id, [old.id])
+        self.store.append_events(scope.org_id, [self._event(
+            old, "superseded", actor, before={"status": old.status},
+            after={"status": "superseded", "superseded_by": new_id},
+        )])
 
     # -- recall --------------------------------------------------------------------------------
 

@@ -202,8 +202,14 @@ class LanceStore:
         """Overwrite rows that still exist in the scope; a row deleted meanwhile stays deleted."""
         if not records:
             return 0
-        present = {r.id for r in self.get_memories(scope, [r.id for r in records])}
-        rows = [sc.memory_row(r) for r in records if r.id in present]
+        stored = {r.id: r for r in self.get_memories(scope, [r.id for r in records], with_vectors=True)}
+        rows = []
+        for record in records:
+            if record.id in stored:
+                if record.vector is None:
+                    # A record read without its vector keeps the stored one: never write a null.
+                    record = record.model_copy(update={"vector": stored[record.id].vector})
+                rows.append(sc.memory_row(record))
         if not rows:
             return 0
         table = self._tables[sc.MEMORIES]

@@ -210,3 +210,35 @@ def test_session_messages_window(service: MemoryService) -> None:
     window = service.session_messages(U, "s1", last=3)
     assert [m.content for m in window] == ["turn 2", "turn 3", "turn 4"]
     assert service.session_messages(Scope.user("acme", "u2"), "s1", last=3) == []
+
+
+def test_merge_folds_sources_and_supersedes(service: MemoryService, clock: Clock) -> None:
+    ids = service.add_many(
+        "acme",
+        [
+            {"user_id": "u1", "content": "Uses Python", "importance": 0.4, "source_ids": ["m1"]},
+            {"user_id": "u1", "content": "Mainly uses Python", "importance": 0.8, "source_ids": ["m2"]},
+            {"user_id": "u1", "content": "Develops in Python", "importance": 0.3, "source_ids": ["m3"]},
+        ],
+    ).ids
+    records = service.store.get_memories(U, ids, with_vectors=True)
+    by_id = {r.id: r for r in records}
+    clock.advance(hours=1)
+    merged = service.merge(U, by_id[ids[1]], [by_id[ids[0]], by_id[ids[2]]], actor="test")
+    assert merged.source_ids == ["m2", "m1", "m3"] and merged.importance == pytest.approx(0.8)
+    hits = service.recall("acme", {"user_id": "u1", "query": "python"}).memories
+    assert [h.id for h in hits] == [ids[1]]
+    old = service.get(U, ids[0])
+    assert old.status == "superseded" and old.superseded_by == ids[1] and old.valid_to == clock.now
+    assert [e.action for e in service.history(U, ids[0])] == ["created", "superseded"]
+    assert [e.action for e in service.history(U, ids[1])] == ["created", "merged"]
+    assert service.list(U).records[0].id == ids[1] and len(service.list(U, status="superseded").records) == 2
+
+
+def test_supersede_keeps_history(service: MemoryService) -> None:
+    old = service.add("acme", {"user_id": "u1", "content": "Prefers VS Code"})
+    new = service.add("acme", {"user_id": "u1", "content": "Switched to Neovim"})
+    service.supersede(U, service.get(U, old), new)
+    hits = service.recall("acme", {"user_id": "u1", "query": "which editor? VS Code or Neovim"}).memories
+    assert [h.id for h in hits] == [new]
+    assert service.get(U, old).superseded_by == new

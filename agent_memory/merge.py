@@ -1,0 +1,39 @@
+"""The one merge function: extraction (a restatement reinforces what is known) and consolidation
+(a cluster of near-duplicates becomes one memory) both go through it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from agent_memory.models import MemoryRecord
+
+
+def merge_records(canonical: MemoryRecord, others: Sequence[MemoryRecord], now: datetime) -> MemoryRecord:
+    """The canonical memory with the others folded in.
+
+    Union of source ids (first seen first), the highest importance and confidence, summed access
+    counts, the latest access time, and the earliest `valid_from`: the fact was known since its
+    first statement. Content, type and id stay the canonical's.
+    """
+    merged = canonical.model_copy(deep=True)
+    sources = list(dict.fromkeys([*canonical.source_ids, *(s for o in others for s in o.source_ids)]))
+    merged.source_ids = sources
+    merged.importance = max([canonical.importance, *(o.importance for o in others)])
+    merged.confidence = max([canonical.confidence, *(o.confidence for o in others)])
+    merged.access_count = canonical.access_count + sum(o.access_count for o in others)
+    accessed = [t for t in [canonical.last_accessed_at, *(o.last_accessed_at for o in others)] if t is not None]
+    merged.last_accessed_at = max(accessed) if accessed else None
+    merged.valid_from = min([canonical.valid_from, *(o.valid_from for o in others)])
+    merged.updated_at = now
+    return merged
+
+
+def superseded(record: MemoryRecord, by_id: str, now: datetime) -> MemoryRecord:
+    """The record retired in favour of `by_id`: it leaves recall but stays in history."""
+    retired = record.model_copy(deep=True)
+    retired.status = "superseded"
+    retired.superseded_by = by_id
+    retired.valid_to = now
+    retired.updated_at = now
+    return retired

@@ -205,37 +205,75 @@ class MemoryService:
         self, org_id: str, records: Sequence[MemoryRecord], *, actor: str, on_conflict: OnConflict = "error"
     ) -> WriteResult:
         """Write prepared records: dedupe, detect idempotency conflicts, embed the new, commit, audit."""
-        unique: dict[str, MemoryRecord] = {}
-        for record in records:
-            seen = unique.get(record.id)
-            if seen is not None and seen.origin_hash != record.origin_hash and on_conflict == "error":
-                raise ConflictError(f"two memories in one request share the id {record.id}", code="idempotency_conflict")
-            unique.setdefault(record.id, record)
-        existing: dict[str, MemoryRecord] = {}
-        by_user: dict[str, list[str]] = {}
-        for record in unique.values():
-            by_user.setdefault(record.user_id, []).append(record.id)
+        result = self.write_batch(org_id, [records], actor=actor, on_conflict=on_conflict)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def write_batch(
+        self,
+        org_id: str,
+        requests: Sequence[Sequence[MemoryRecord]],
+        *,
+        actor: str,
+        on_conflict: OnConflict = "error",
+    ) -> list[WriteResult | ConflictError]:
+        """Write several requests' records with one embedding call and one commit.
+
+        Each request succeeds or fails alone: a request whose idempotency key or id was used with
+        another body gets a ConflictError and writes nothing; the others are committed together.
+        """
+        by_user: dict[str, set[str]] = {}
+        for records in requests:
+            for r in records:
+                by_user.setdefault(r.user_id, set()).add(r.id)
+        known: dict[str, str] = {}  # id -> origin hash of what is stored or accepted in this batch
+        stored: set[str] = set()
         for user_id, ids in by_user.items():
-            for found in self.store.get_memories(Scope.user(org_id, user_id), ids):
-                existing[found.id] = found
-        for memory_id_, found in existing.items():
-            if found.origin_hash != unique[memory_id_].origin_hash and on_conflict == "error":
-                raise ConflictError(
+            for found in self.store.get_memories(Scope.user(org_id, user_id), sorted(ids)):
+                known[found.id] = found.origin_hash
+                stored.add(found.id)
+        results: list[WriteResult | ConflictError] = []
+        fresh: dict[str, MemoryRecord] = {}
+        accepted: list[tuple[int, list[MemoryRecord]]] = []
+        for index, records in enumerate(requests):
+            unique: dict[str, MemoryRecord] = {}
+            clash = False
+            for r in records:
+                seen = unique.get(r.id)
+                if seen is not None and seen.origin_hash != r.origin_hash:
+                    clash = True
+                unique.setdefault(r.id, r)
+                if r.id in known and known[r.id] != r.origin_hash:
+                    clash = True
+            if clash and on_conflict == "error":
+                results.append(ConflictError(
                     "this idempotency key or memory id was already used with a different body",
                     code="idempotency_conflict",
-                )
-        fresh = [r for r in unique.values() if r.id not in existing]
-        self.embed_records(fresh)
-        created = self.store.insert_memories(org_id, fresh) if fresh else set()
+                ))
+                continue
+            for r in unique.values():
+                if r.id not in known:
+                    known[r.id] = r.origin_hash
+                    fresh[r.id] = r
+            accepted.append((index, list(unique.values())))
+            results.append(WriteResult([r.id for r in records], set()))
+        new_records = list(fresh.values())
+        self.embed_records(new_records)
+        created = self.store.insert_memories(org_id, new_records) if new_records else set()
         # Creation events have deterministic ids: a retry after a crash between the two commits
         # completes the audit trail instead of duplicating it.
-        events = [
-            self._event(r, "created", actor, after=_audit_view(r), event_id=stable_id("event:created", r.id))
-            for r in unique.values()
-            if r.id in created or r.id in existing
-        ]
+        events = []
+        for index, records in accepted:
+            result = results[index]
+            assert isinstance(result, WriteResult)
+            result.created.update(r.id for r in records if r.id in created and r.id in fresh)
+            events += [
+                self._event(r, "created", actor, after=_audit_view(r), event_id=stable_id("event:created", r.id))
+                for r in records if r.id in created or r.id in stored
+            ]
         self.store.append_events(org_id, events)
-        return WriteResult([r.id for r in records], created)
+        return results
 
     def _event(
         self,

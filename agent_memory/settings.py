@@ -40,6 +40,15 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
 
+    # Serving
+    serve_config: Path | None = None  # a Serve config YAML; default cluster/serve_config.yaml when present
+    embedding_num_gpus: float = Field(default=0.0, ge=0)
+    embedder_timeout_s: float = Field(default=5.0, gt=0)
+    write_window_ms: float = Field(default=5.0, ge=0)
+    write_max_rows: int = Field(default=512, ge=1)
+    max_body_bytes: int = Field(default=2_000_000, ge=1_024)
+    rate_limit_per_minute: int = Field(default=0, ge=0)  # per API key and ingress replica; 0 = off
+
     # Input limits
     max_content_chars: int = Field(default=8_000, ge=1)
     max_batch_memories: int = Field(default=1_000, ge=1)

@@ -128,10 +128,12 @@ class LanceStore:
         return stored_model, stored_dim
 
     def _create_indexes(self, table: Any, name: str, *, replace: bool = False) -> None:
-        existing = {tuple(ix.columns) for ix in table.list_indices()}
         for column, config in INDEXES[name]:
+            # Several processes may open a new store at once: an index another one just built
+            # is fine, and a commit conflict is retried.
+            existing = {tuple(ix.columns) for ix in table.list_indices()}
             if replace or (column,) not in existing:
-                table.create_index(column, config=config, replace=True)
+                _retrying(lambda c=column, cfg=config: table.create_index(c, config=cfg, replace=True), "index")
 
     def table(self, name: str) -> Any:
         """The LanceDB table of that name (for notebooks and maintenance jobs)."""
@@ -348,6 +350,12 @@ class LanceStore:
         """One job of the org."""
         rows = self._rows(sc.JOBS, Where().eq("org_id", org_id).eq("id", job_id))
         return sc.job_dict(rows[0]) if rows else None
+
+    def unfinished_jobs(self, kind: str) -> list[dict[str, Any]]:
+        """Queued or running jobs of a kind in every org: a maintenance read for resuming after a restart."""
+        where = Where().eq("kind", kind).isin("state", ["queued", "running"]).render()
+        rows = self._tables[sc.JOBS].search().where(where).limit(None).to_arrow().to_pylist()
+        return [sc.job_dict(r) for r in rows]
 
     # -- erasure and maintenance ---------------------------------------------------------------
 

@@ -78,3 +78,61 @@ def ray_session() -> Iterator[None]:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+API_KEYS = {
+    "acme-admin": ("acme", "admin"),
+    "acme-writer": ("acme", "writer"),
+    "acme-reader": ("acme", "reader"),
+    "globex-admin": ("globex", "admin"),
+}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """The real Serve application on loopback, once per session, with API keys for two orgs."""
+    import json
+
+    from ray import serve
+
+    from serve_app.app import build
+
+    root = tmp_path_factory.mktemp("serve")
+    keys_file = root / "keys.json"
+    keys_file.write_text(json.dumps({"keys": [
+        {"key": key, "org_id": org, "role": role, "name": key} for key, (org, role) in API_KEYS.items()
+    ]}))
+    settings = Settings(  # type: ignore[call-arg]
+        storage_uri=str(root / "lancedb"), api_keys_file=keys_file, max_body_bytes=200_000, _env_file=None
+    )
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build(settings), name="agent-memory", route_prefix="/")
+    yield {"url": f"http://127.0.0.1:{port}", "settings": settings}
+    serve.shutdown()
+
+
+@pytest.fixture
+def api(serve_app: dict[str, object]) -> Callable[..., object]:
+    """An httpx client for the running app, authenticated with one of API_KEYS."""
+    import httpx
+
+    clients: list[httpx.Client] = []
+
+    def client(key: str | None = "acme-admin") -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        c = httpx.Client(base_url=str(serve_app["url"]), headers=headers, timeout=60)
+        clients.append(c)
+        return c
+
+    yield client
+    for c in clients:
+        c.close()

@@ -1,0 +1,347 @@
+"""The HTTP API: FastAPI routes, auth, one exception handler, request ids, body-size limit.
+
+Nothing below this module knows about HTTP; typed core errors become statuses here, once.
+"""
+
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import defaultdict
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agent_memory.errors import (
+    AgentMemoryError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from agent_memory.models import Scope, check_identifier
+from agent_memory.settings import Settings
+from serve_app import metrics
+from serve_app.app import _unwrap
+from serve_app.auth import ANONYMOUS, ApiKeys, Principal, UnauthorizedError
+from serve_app.schemas import ConversationIn, ImportIn, MemoryBatchIn, MemoryIn, PatchIn, SearchIn, dump
+from storage import LanceStore
+
+log = logging.getLogger("agent_memory.api")
+
+STATUS = {
+    InvalidInputError: 422,
+    NotFoundError: 404,
+    ConflictError: 409,
+    UnauthorizedError: 401,
+    PermissionDeniedError: 403,
+    UnavailableError: 503,
+}
+
+app = FastAPI(
+    title="agent-memory",
+    version="0.1.0",
+    description=(
+        "Long-term memory for LLM agents: recall before answering, store after answering. "
+        "Every call is confined to the org of its API key and to the `user_id` given."
+    ),
+)
+
+
+class TooLargeError(InvalidInputError):
+    """The request body is over the configured limit."""
+
+    code = "body_too_large"
+
+
+class RateLimitedError(UnavailableError):
+    """Too many requests for this key."""
+
+    code = "rate_limited"
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The one mapping from errors to `{"error": {"code", "message"}}` responses."""
+    exc = _unwrap(exc)
+    if isinstance(exc, TooLargeError):
+        status = 413
+    elif isinstance(exc, RateLimitedError):
+        status = 429
+    elif isinstance(exc, AgentMemoryError):
+        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
+        if exc.code == "queue_full":
+            status = 429
+    else:
+        log.exception("unexpected error", exc_info=exc)
+        return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
+    return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, status_code=status)
+
+
+@app.exception_handler(Exception)
+async def _any_error(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc)
+
+
+@app.exception_handler(AgentMemoryError)
+async def _typed_error(request: Request, exc: AgentMemoryError) -> JSONResponse:
+    return error_response(exc)
+
+
+@app.exception_handler(RequestValidationError)
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    # A body that is one memory or a batch fails both ways: report the shape it was meant to have.
+    meant = "MemoryBatchIn" if isinstance(exc.body, dict) and "memories" in exc.body else "MemoryIn"
+    if any(meant in err.get("loc", ()) for err in errors):
+        errors = [e for e in errors if meant in e.get("loc", ())]
+    parts = []
+    for err in errors:
+        loc = [p for p in err.get("loc", ()) if p not in ("body", "MemoryIn", "MemoryBatchIn")]
+        where = ".".join(str(p) for p in loc) or "body"
+        parts.append(f"{where}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
+    return JSONResponse({"error": {"code": "invalid_input", "message": "; ".join(parts)}}, status_code=422)
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+
+
+@app.middleware("http")
+async def _request_context(request: Request, call_next: Any) -> Any:
+    """Request ids, the body-size limit (before any parsing), and one JSON log line per request."""
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    started = time.perf_counter()
+    limit = request.app.state.settings.max_body_bytes
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        response = error_response(TooLargeError(f"request body over {limit} bytes"))
+    elif length is None and request.method in ("POST", "PATCH", "PUT"):
+        # Chunked bodies are read up to the limit, never further.
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                break
+        if len(body) > limit:
+            response = error_response(TooLargeError(f"request body over {limit} bytes"))
+        else:
+            request._body = body  # hand the buffered body to FastAPI
+            response = await call_next(request)
+    else:
+        response = await call_next(request)
+    response.headers["x-request-id"] = request_id
+    route = request.scope.get("route")
+    path = getattr(route, "path", "unmatched")
+    request.app.state.requests.inc(tags={"route": path, "status": str(response.status_code)})
+    log.info(json.dumps({
+        "event": "request", "request_id": request_id, "method": request.method, "route": path,
+        "status": response.status_code, "ms": round((time.perf_counter() - started) * 1000, 2),
+    }))
+    return response
+
+
+def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The caller: the key's org and role, or the anonymous default org when no keys are configured."""
+    state = request.app.state
+    keys: ApiKeys | None = state.keys
+    caller = ANONYMOUS if keys is None else keys.authenticate(authorization)
+    limit = state.settings.rate_limit_per_minute
+    if limit:
+        now = time.monotonic()
+        window = state.rate[caller.key_id]
+        window[:] = [t for t in window if now - t < 60]
+        if len(window) >= limit:
+            raise RateLimitedError(f"more than {limit} requests a minute for this key")
+        window.append(now)
+    return caller
+
+
+Caller = Annotated[Principal, Depends(principal)]
+UserId = Annotated[str, Query(min_length=1, max_length=256, description="the user whose memories these are")]
+
+
+@serve.deployment(name="Ingress", ray_actor_options={"num_cpus": 0.25})
+@serve.ingress(app)
+class IngressDeployment:
+    """HTTP in front of Recall and Writer; reads that need no model go straight to the store."""
+
+    async def __init__(
+        self, settings: Settings, recall: DeploymentHandle, writer: DeploymentHandle, embedder: DeploymentHandle
+    ) -> None:
+        self._settings = settings
+        self._recall, self._writer, self._embedder = recall, writer, embedder
+        info = await embedder.info.remote()
+        self._store = LanceStore(
+            settings.storage_uri, embedding_model=info["name"], embedding_dim=info["dim"],
+            storage_options=settings.storage_options,
+        )
+        from agent_memory.service import MemoryService
+
+        # Reads only (get, list, history, sessions); changes go through the Writer, in order.
+        self._reader = MemoryService(self._store, None, settings, defer_access=False)
+        app.state.settings = settings
+        app.state.keys = ApiKeys.load(settings.api_keys_file)
+        app.state.rate = defaultdict(list)
+        app.state.requests = metrics.requests()
+
+    async def _read(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    # -- health ------------------------------------------------------------------------------
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz(self) -> dict[str, str]:
+        """Liveness."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz(self) -> JSONResponse:
+        """Readiness: the model answers, the writer runs, the store is reachable."""
+        checks: dict[str, str] = {}
+        try:
+            await asyncio.wait_for(self._embedder.embed_one.remote("readiness probe"), self._settings.embedder_timeout_s)
+            checks["embedder"] = "ok"
+        except Exception as exc:
+            checks["embedder"] = f"unavailable: {type(_unwrap(exc)).__name__}"
+        try:
+            await asyncio.wait_for(self._writer.ping.remote(), self._settings.embedder_timeout_s)
+            checks["writer"] = "ok"
+        except Exception as exc:
+            checks["writer"] = f"unavailable: {type(_unwrap(exc)).__name__}"
+        try:
+            await self._read(self._store.table("memories").count_rows)
+            checks["store"] = "ok"
+        except Exception as exc:
+            checks["store"] = f"unavailable: {type(exc).__name__}"
+        ready = checks["store"] == "ok" and checks["writer"] == "ok"
+        body = {"ready": ready, "degraded": checks["embedder"] != "ok", "checks": checks}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    # -- memories ------------------------------------------------------------------------------
+
+    @app.post("/v1/memories", status_code=201, tags=["memories"])
+    async def write(
+        self, body: MemoryIn | MemoryBatchIn, caller: Caller,
+        idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+    ) -> dict[str, list[str]]:
+        """Store one memory, or `{"memories": [...]}`; durable when acknowledged."""
+        caller.require("writer")
+        items = [dump(m) for m in body.memories] if isinstance(body, MemoryBatchIn) else [dump(body)]
+        if len(items) > self._settings.max_batch_memories:
+            raise InvalidInputError(f"{len(items)} memories in one request; the limit is {self._settings.max_batch_memories}")
+        result = await self._writer.add.remote(caller.org_id, items, idempotency_key)
+        return {"ids": result["ids"]}
+
+    @app.post("/v1/memories/search", tags=["memories"])
+    async def search(self, body: SearchIn, caller: Caller) -> dict[str, Any]:
+        """Recall: vector + keyword search fused with recency and importance, inside one user."""
+        caller.require("reader")
+        return await self._recall.search.remote(caller.org_id, dump(body))
+
+    @app.get("/v1/memories", tags=["memories"])
+    async def list_memories(
+        self, caller: Caller, user_id: UserId, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        cursor: str | None = None, status: str = "active",
+    ) -> dict[str, Any]:
+        """A user's memories, newest first."""
+        caller.require("reader")
+        scope = Scope.user(caller.org_id, user_id)
+        page = await self._read(
+            lambda: self._reader.list(scope, limit=limit, cursor=cursor, status=None if status == "all" else status)
+        )
+        return {"memories": [m.public() for m in page.records], "next_cursor": page.next_cursor}
+
+    @app.get("/v1/memories/{memory_id}", tags=["memories"])
+    async def get_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+        """One memory; another user's or org's id is a 404."""
+        caller.require("reader")
+        record = await self._read(self._reader.get, Scope.user(caller.org_id, user_id), memory_id)
+        return record.public()
+
+    @app.patch("/v1/memories/{memory_id}", tags=["memories"])
+    async def patch_memory(self, memory_id: str, body: PatchIn, caller: Caller, user_id: UserId) -> dict[str, Any]:
+        """Change content, type, importance, metadata or expiry in place (content re-embedded)."""
+        caller.require("writer")
+        return await self._writer.run.remote(
+            caller.org_id, "update", Scope.user(caller.org_id, user_id), memory_id, dump(body), actor=caller.key_id
+        )
+
+    @app.delete("/v1/memories/{memory_id}", tags=["memories"])
+    async def delete_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+        """Delete one memory; its audit trail stays."""
+        caller.require("writer")
+        await self._writer.run.remote(
+            caller.org_id, "delete", Scope.user(caller.org_id, user_id), memory_id, actor=caller.key_id
+        )
+        return {"deleted": memory_id}
+
+    @app.get("/v1/memories/{memory_id}/history", tags=["memories"])
+    async def history(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+        """The memory's audit events, oldest first."""
+        caller.require("reader")
+        events = await self._read(self._reader.history, Scope.user(caller.org_id, user_id), memory_id)
+        return {"events": [e.model_dump(mode="json") for e in events]}
+
+    @app.delete("/v1/users/{user_id}", tags=["users"])
+    async def erase_user(self, user_id: str, caller: Caller) -> dict[str, Any]:
+        """Erase everything of a user, unrecoverably (every table, old versions and files)."""
+        caller.require("admin")
+        check_identifier("user_id", user_id)
+        counts = await self._writer.run.remote(caller.org_id, "erase_user", caller.org_id, user_id, actor=caller.key_id)
+        return {"erased": counts}
+
+    # -- conversations, sessions, jobs ---------------------------------------------------------
+
+    @app.post("/v1/conversations", status_code=202, tags=["conversations"])
+    async def conversations(self, body: ConversationIn, caller: Caller) -> dict[str, str]:
+        """Redact and log the turns now; extract memories in the background (`GET /v1/jobs/{id}`)."""
+        caller.require("writer")
+        mode = body.mode or "raw"
+        if mode != "raw":
+            raise InvalidInputError(f"mode {mode!r} is not available on this server; use raw")
+        messages = [dump(m) for m in body.messages]
+        job_id = await self._writer.log_conversation.remote(
+            caller.org_id, body.user_id, body.session_id, body.agent_id, messages, mode
+        )
+        return {"job_id": job_id}
+
+    @app.get("/v1/sessions/{session_id}/messages", tags=["conversations"])
+    async def session_messages(
+        self, session_id: str, caller: Caller, user_id: UserId, last: Annotated[int, Query(ge=1, le=1000)] = 20
+    ) -> dict[str, Any]:
+        """The recent window of a session, oldest first."""
+        caller.require("reader")
+        records = await self._read(
+            lambda: self._reader.session_messages(Scope.user(caller.org_id, user_id), session_id, last=last)
+        )
+        return {"messages": [r.model_dump(mode="json", exclude={"id", "org_id"}) for r in records]}
+
+    @app.post("/v1/jobs/import", status_code=202, tags=["jobs"])
+    async def submit_import(self, body: ImportIn, caller: Caller) -> JSONResponse:
+        """Submit a bulk import to the cluster."""
+        caller.require("writer")
+        return JSONResponse(
+            {"error": {"code": "not_implemented", "message": "bulk import jobs are not available on this server yet; "
+                       "use `agent-memory import`"}},
+            status_code=501,
+        )
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    async def get_job(self, job_id: str, caller: Caller) -> dict[str, Any]:
+        """Any background job of the caller's org."""
+        caller.require("reader")
+        check_identifier("job id", job_id)
+        job = await self._read(self._store.get_job, caller.org_id, job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} not found")
+        return {k: job[k] for k in ("id", "kind", "state", "progress", "error", "report", "created_at", "updated_at")}

@@ -1,0 +1,365 @@
+"""The Ray Serve application: a FastAPI ingress composed with an embedder, recall and a writer.
+
+    ingress --search--> Recall --embed_query (batched)--> Embedder
+    ingress --writes--> Writer --embed_many-------------> Embedder   (coalesced commits, in order)
+    ingress --reads---> store (list, get, history, sessions, jobs)
+
+`build(settings)` returns the whole application; replicas, autoscaling and resources come from
+`cluster/serve_config.yaml` (see serve_app.config), settings fill what it leaves out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from agent_memory.embedding import Embedder, build_embedder
+from agent_memory.errors import AgentMemoryError, NotFoundError, UnavailableError
+from agent_memory.models import MemoryRecord, NewMemory, Scope, parse_input, utcnow
+from agent_memory.service import MemoryService, WriteResult
+from agent_memory.settings import Settings
+from serve_app import metrics
+from storage import open_store
+
+log = logging.getLogger("agent_memory.serve")
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The original error of a replica's failure (Ray wraps it, keeping the type as a base)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+class RemoteEmbedder(Embedder):
+    """The Embedder deployment seen through the core's Embedder interface (used in worker threads)."""
+
+    def __init__(self, handle: DeploymentHandle, name: str, dim: int, timeout_s: float) -> None:
+        super().__init__(cache_size=0)
+        self._handle = handle
+        self.name, self.dim = name, dim
+        self._timeout = timeout_s
+        self._oov: OrderedDict[str, float] = OrderedDict()
+
+    def _call(self, method: str, arg: Any) -> Any:
+        try:
+            return getattr(self._handle, method).remote(arg).result(timeout_s=self._timeout)
+        except AgentMemoryError:
+            raise
+        except Exception as exc:  # timeouts, a dead replica, back-pressure rejections
+            raise UnavailableError(f"the embedding model did not answer: {type(exc).__name__}") from exc
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed many texts in one call (writes)."""
+        vectors, shares = self._call("embed_many", list(texts))
+        for text, share in zip(texts, shares, strict=True):
+            self._remember(text, share)
+        return vectors
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query, batched with other replicas' queries on the embedder side."""
+        vector, share = self._call("embed_one", text)
+        self._remember(text, share)
+        return vector
+
+    def _remember(self, text: str, share: float) -> None:
+        self._oov[text] = share
+        while len(self._oov) > 4096:
+            self._oov.popitem(last=False)
+
+    def oov_shares(self, texts: Sequence[str]) -> list[float]:
+        """Vocabulary coverage computed by the embedder alongside each vector."""
+        missing = [t for t in texts if t not in self._oov]
+        if missing:
+            self.embed_batch(missing)
+        return [self._oov[t] for t in texts]
+
+
+@serve.deployment(name="Embedder", ray_actor_options={"num_cpus": 0.5})
+class EmbedderDeployment:
+    """The one embedding model of the application; queries from all recall replicas are batched."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._embedder = build_embedder(settings)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._batch_sizes = metrics.embed_batch_size()
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Tune batching at runtime (`user_config` in the Serve config)."""
+        if "max_batch_size" in config:
+            self.embed_one.set_max_batch_size(int(config["max_batch_size"]))
+        if "batch_wait_timeout_s" in config:
+            self.embed_one.set_batch_wait_timeout_s(float(config["batch_wait_timeout_s"]))
+
+    def info(self) -> dict[str, Any]:
+        """The model's name and dimension (the store records them)."""
+        return {"name": self._embedder.name, "dim": self._embedder.dim}
+
+    async def _run(self, texts: list[str]) -> tuple[np.ndarray, list[float]]:
+        loop = asyncio.get_running_loop()
+
+        def work() -> tuple[np.ndarray, list[float]]:
+            return self._embedder.embed_batch(texts), self._embedder.oov_shares(texts)
+
+        # The model runs off the event loop, so requests keep queueing (and batching) meanwhile.
+        return await loop.run_in_executor(self._executor, work)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)
+    async def embed_one(self, texts: list[str]) -> list[tuple[np.ndarray, float]]:
+        """Embed one text per caller; concurrent callers share a model call."""
+        self._batch_sizes.observe(len(texts))
+        vectors, shares = await self._run(texts)
+        return [(vectors[i], shares[i]) for i in range(len(texts))]
+
+    async def embed_many(self, texts: list[str]) -> tuple[np.ndarray, list[float]]:
+        """Embed a caller's whole list in one model call."""
+        self._batch_sizes.observe(len(texts))
+        return await self._run(texts)
+
+
+async def _remote_service(settings: Settings, embedder_handle: DeploymentHandle, *, defer_access: bool) -> MemoryService:
+    info = await embedder_handle.info.remote()
+    embedder = RemoteEmbedder(embedder_handle, info["name"], info["dim"], settings.embedder_timeout_s)
+    store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
+    return MemoryService(store, embedder, settings, defer_access=defer_access)
+
+
+@serve.deployment(name="Recall", ray_actor_options={"num_cpus": 0.25})
+class RecallDeployment:
+    """Recall: prefiltered vector + keyword search and fusion; access bookkeeping deferred."""
+
+    async def __init__(self, settings: Settings, embedder: DeploymentHandle) -> None:
+        self._service = await _remote_service(settings, embedder, defer_access=True)
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
+        self._latency = metrics.recall_latency()
+
+    async def search(self, org_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One recall, as the HTTP search body."""
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor, self._service.recall, org_id, body)
+        self._latency.observe((time.perf_counter() - started) * 1000, tags={"degraded": str(result.degraded).lower()})
+        payload = result.model_dump(mode="json")
+        for hit in payload["memories"]:
+            for key in ("user_id", "team_id", "agent_id", "session_id"):
+                hit.pop(key, None)
+        return payload
+
+    def __del__(self) -> None:
+        if hasattr(self, "_service"):
+            self._service.close()
+
+
+@dataclass
+class _Operation:
+    kind: str  # "write" or "call"
+    org_id: str
+    future: asyncio.Future[Any]
+    records: list[MemoryRecord] = field(default_factory=list)
+    call: Callable[[], Any] | None = None
+
+
+@serve.deployment(name="Writer", ray_actor_options={"num_cpus": 0.25})
+class WriterDeployment:
+    """All changes go through here, in arrival order; concurrent writes share one commit.
+
+    Writes waiting in the same short window (or up to a row cap) are embedded in one model call
+    and committed in one LanceDB commit; a request is acknowledged only after its commit.
+    Changes other than writes (update, delete, erase, conversations) take their turn in the
+    same queue, so the writes of one user are applied in the order they arrive.
+    """
+
+    async def __init__(self, settings: Settings, embedder: DeploymentHandle) -> None:
+        self._settings = settings
+        self._service = await _remote_service(settings, embedder, defer_access=False)
+        # One thread: commits happen one after another, in queue order.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit")
+        self._queue: list[_Operation] = []
+        self._wake = asyncio.Event()
+        self._writes = metrics.writes()
+        self._commit_rows = metrics.commit_rows()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._resumed = False
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._drain())
+        if not self._resumed:
+            self._resumed = True
+            asyncio.get_running_loop().create_task(self._resume_jobs())
+
+    async def _submit(self, op: _Operation) -> Any:
+        self._ensure_loop()
+        self._queue.append(op)
+        self._wake.set()
+        return await op.future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # A short window lets concurrent writers join the same commit.
+            await asyncio.sleep(self._settings.write_window_ms / 1000)
+            while self._queue:
+                batch = self._take_batch()
+                if batch[0].kind == "call":
+                    op = batch[0]
+                    try:
+                        op.future.set_result(await loop.run_in_executor(self._executor, op.call))  # type: ignore[arg-type]
+                    except Exception as exc:
+                        op.future.set_exception(exc)
+                    continue
+                try:
+                    results = await loop.run_in_executor(self._executor, self._commit, batch)
+                except Exception as exc:
+                    for op in batch:
+                        if not op.future.done():
+                            op.future.set_exception(exc)
+                    continue
+                for op, result in zip(batch, results, strict=True):
+                    if isinstance(result, Exception):
+                        op.future.set_exception(result)
+                    else:
+                        op.future.set_result(result)
+
+    def _take_batch(self) -> list[_Operation]:
+        """Consecutive writes up to the row cap, or one other operation."""
+        if self._queue[0].kind == "call":
+            return [self._queue.pop(0)]
+        batch: list[_Operation] = []
+        rows = 0
+        while self._queue and self._queue[0].kind == "write" and rows < self._settings.write_max_rows:
+            op = self._queue.pop(0)
+            batch.append(op)
+            rows += len(op.records)
+        return batch
+
+    def _commit(self, batch: list[_Operation]) -> list[WriteResult | Exception]:
+        results: dict[int, WriteResult | Exception] = {}
+        by_org: dict[str, list[int]] = {}
+        for i, op in enumerate(batch):
+            by_org.setdefault(op.org_id, []).append(i)
+        for org_id, indexes in by_org.items():
+            outcome = self._service.write_batch(org_id, [batch[i].records for i in indexes], actor="api")
+            for i, result in zip(indexes, outcome, strict=True):
+                results[i] = result
+        self._commit_rows.observe(sum(len(op.records) for op in batch))
+        self._writes.inc(sum(len(op.records) for op in batch))
+        return [results[i] for i in range(len(batch))]
+
+    async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:
+        """Validate and redact now; commit with whatever else arrives in the same window."""
+        items = [parse_input(NewMemory, m) for m in memories]
+        records = [
+            self._service.prepare(org_id, item, idempotency_key=idempotency_key, position=i)
+            for i, item in enumerate(items)
+        ]
+        loop = asyncio.get_running_loop()
+        result: WriteResult = await self._submit(_Operation("write", org_id, loop.create_future(), records=records))
+        return {"ids": result.ids, "created": sorted(result.created)}
+
+    async def run(self, org_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run a service change (update, delete, erase_user) in its turn."""
+        if method not in ("update", "delete", "erase_user"):
+            raise NotFoundError(f"no such operation {method}")
+        fn = getattr(self._service, method)
+        loop = asyncio.get_running_loop()
+        result = await self._submit(_Operation("call", org_id, loop.create_future(), call=lambda: fn(*args, **kwargs)))
+        if isinstance(result, MemoryRecord):
+            return result.public()
+        return result
+
+    async def log_conversation(
+        self, org_id: str, user_id: str, session_id: str, agent_id: str | None,
+        messages: list[dict[str, Any]], mode: str,
+    ) -> str:
+        """Log the turns and queue their extraction; answer with the job id at once."""
+        records = self._service.message_records(org_id, user_id, session_id, messages, agent_id=agent_id)
+        now = utcnow()
+        job = {
+            "id": uuid.uuid4().hex, "org_id": org_id, "user_id": user_id, "kind": "conversation",
+            "state": "queued", "progress": 0.0, "created_at": now, "updated_at": now, "error": None,
+            "report": {"session_id": session_id, "mode": mode, "message_ids": [r.message_id for r in records]},
+        }
+
+        def log_and_record() -> None:
+            self._service.log_messages(org_id, records)
+            self._service.store.put_job(org_id, job)
+
+        loop = asyncio.get_running_loop()
+        await self._submit(_Operation("call", org_id, loop.create_future(), call=log_and_record))
+        loop.create_task(self._extract(job))
+        return job["id"]
+
+    async def _extract(self, job: dict[str, Any]) -> None:
+        """Turn a logged conversation into memories (`raw`: one per turn), recording the job's state."""
+        org_id, user_id = job["org_id"], job["user_id"]
+        report = dict(job["report"])
+        loop = asyncio.get_running_loop()
+
+        def set_state(state: str, **extra: Any) -> None:
+            job.update(state=state, updated_at=utcnow(), **extra)
+            self._service.store.put_job(org_id, job)
+
+        try:
+            await loop.run_in_executor(self._executor, set_state, "running")
+            window = self._service.session_messages(Scope.user(org_id, user_id), report["session_id"], last=1000)
+            wanted = set(report["message_ids"])
+            turns = [m for m in window if m.message_id in wanted]
+            window_ids = [m.message_id for m in window]
+            # Context for the first new turn comes from the turns logged before it.
+            first = min((window_ids.index(m.message_id) for m in turns), default=0)
+            context = window[max(0, first - self._settings.context_turns) : first]
+            memories = [m for m in self._service.raw_memories([*context, *turns]) if m.source_ids[0] in wanted]
+            records = [self._service.prepare(org_id, m) for m in memories]
+            result = await self._submit(_Operation("write", org_id, loop.create_future(), records=records))
+            report.update(memories=len(result.ids), created=len(result.created))
+            await loop.run_in_executor(self._executor, lambda: set_state("succeeded", progress=1.0, report=report))
+        except Exception as exc:  # recorded on the job, never lost silently
+            log.exception("conversation job %s failed", job["id"])
+            error = f"{type(exc).__name__}: {exc}"
+            await loop.run_in_executor(self._executor, lambda: set_state("failed", error=error))
+
+    async def _resume_jobs(self) -> None:
+        """Finish conversation jobs a previous replica accepted but did not complete."""
+        loop = asyncio.get_running_loop()
+        try:
+            pending = await loop.run_in_executor(self._executor, self._service.store.unfinished_jobs, "conversation")
+        except Exception:
+            log.exception("could not list unfinished jobs")
+            return
+        for job in pending:
+            loop.create_task(self._extract(job))
+
+    async def ping(self) -> bool:
+        """Readiness: the writer is up and its loop is running."""
+        self._ensure_loop()
+        return True
+
+
+def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.Application:
+    """The whole application, one bind expression; `config` holds per-deployment Serve options."""
+    from serve_app.api import IngressDeployment
+    from serve_app.config import deployment_options
+
+    options = deployment_options(settings, config)
+    embedder = EmbedderDeployment.options(**options["Embedder"]).bind(settings)
+    recall = RecallDeployment.options(**options["Recall"]).bind(settings, embedder)
+    writer = WriterDeployment.options(**options["Writer"]).bind(settings, embedder)
+    return IngressDeployment.options(**options["Ingress"]).bind(settings, recall, writer, embedder)
+
+
+def app_builder(args: dict[str, Any]) -> serve.Application:
+    """Entry point for `serve run cluster/serve_config.yaml`: settings from the environment."""
+    return build(Settings(**{k: v for k, v in (args or {}).items() if k in Settings.model_fields}))

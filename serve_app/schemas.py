@@ -1,0 +1,140 @@
+"""Request bodies of the HTTP API, with examples in English and Chinese for /docs.
+
+Field rules come from the core's annotated types, so the API and the Python service validate
+alike."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_memory.models import Identifier, MemoryType, Metadata, MetadataValue, Role, Text, Unit, UtcDatetime
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryIn(_Body):
+    """One memory to store."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"user_id": "u1", "content": "The user prefers Python for backend work", "memory_type": "semantic"},
+                {"user_id": "u2", "content": "退款需要两级审批", "memory_type": "procedural", "importance": 0.9},
+            ]
+        },
+    )
+
+    user_id: Identifier
+    content: Text
+    memory_type: MemoryType = "semantic"
+    id: Identifier | None = None
+    agent_id: Identifier | None = None
+    session_id: Identifier | None = None
+    team_id: Identifier | None = None
+    importance: Unit = 0.5
+    confidence: Unit = 1.0
+    metadata: Metadata = Field(default_factory=dict)
+    created_at: UtcDatetime | None = None
+    expires_at: UtcDatetime | None = None
+
+
+class MemoryBatchIn(_Body):
+    """Many memories in one request (one commit)."""
+
+    memories: list[MemoryIn] = Field(min_length=1)
+
+
+class SearchIn(_Body):
+    """A recall request."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"user_id": "u1", "query": "Which language does the user prefer?", "top_k": 5},
+                {"user_id": "u2", "query": "退款流程是什么？", "memory_types": ["procedural"]},
+            ]
+        },
+    )
+
+    user_id: Identifier
+    query: Text
+    top_k: int = Field(default=10, ge=1, le=200)
+    memory_types: list[MemoryType] | None = None
+    scope: Literal["user", "team"] = "user"
+    team_id: Identifier | None = None
+    agent_id: Identifier | None = None
+    session_id: Identifier | None = None
+    filters: dict[str, MetadataValue] | None = None
+    since: UtcDatetime | None = None
+    until: UtcDatetime | None = None
+    min_score: Unit | None = None
+    mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
+
+
+class PatchIn(_Body):
+    """Fields to change in place."""
+
+    content: Text | None = None
+    memory_type: MemoryType | None = None
+    importance: Unit | None = None
+    metadata: Metadata | None = None
+    expires_at: UtcDatetime | None = None
+
+
+class MessageIn(_Body):
+    """One conversation turn."""
+
+    role: Role
+    content: Text
+    name: Identifier | None = None
+    message_id: Identifier | None = None
+    created_at: UtcDatetime | None = None
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class ConversationIn(_Body):
+    """Turns of one session, to log and learn from in the background."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"user_id": "u1", "session_id": "s1", "messages": [
+                    {"role": "user", "content": "I switched from VS Code to Neovim last month."},
+                    {"role": "assistant", "content": "Noted, Neovim it is."}]},
+                {"user_id": "u2", "session_id": "s9", "messages": [
+                    {"role": "user", "content": "以后都用中文回答我。"}]},
+            ]
+        },
+    )
+
+    user_id: Identifier
+    session_id: Identifier
+    agent_id: Identifier | None = None
+    messages: list[MessageIn] = Field(min_length=1)
+    mode: Literal["raw", "rules", "llm"] | None = None
+
+
+class ImportIn(_Body):
+    """A bulk import to run on the cluster."""
+
+    path: Text
+    format: Literal["auto", "jsonl", "csv", "parquet"] = "auto"
+    mode: Literal["raw", "rules", "llm"] = "raw"
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A request body as the plain dict the core validates (unset fields left out)."""
+    return model.model_dump(exclude_unset=True)
+
+
+def iso(value: datetime | None) -> str | None:
+    """An ISO timestamp or None."""
+    return value.isoformat() if value else None

@@ -1,0 +1,148 @@
+"""The HTTP API of the real Serve app, over loopback, sharing one Ray + Serve per session."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+
+def _user() -> str:
+    return f"user-{uuid.uuid4().hex[:8]}"
+
+
+def test_health_and_readiness(api) -> None:
+    c = api(None)
+    assert c.get("/healthz").json() == {"status": "ok"}
+    ready = c.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["degraded"] is False
+    docs = c.get("/openapi.json").json()
+    assert "/v1/memories/search" in docs["paths"] and "退款" in str(docs)
+
+
+def test_write_search_get_patch_delete_history(api) -> None:
+    c, user = api(), _user()
+    r = c.post("/v1/memories", json={"user_id": user, "content": "The user prefers Python for backend work"})
+    assert r.status_code == 201
+    (memory_id,) = r.json()["ids"]
+    r = c.post("/v1/memories", json={"memories": [
+        {"user_id": user, "content": "退款需要两级审批", "memory_type": "procedural"},
+        {"user_id": user, "content": "Lives in Lisbon", "metadata": {"source": "profile"}},
+    ]})
+    assert r.status_code == 201 and len(r.json()["ids"]) == 2
+    hits = c.post("/v1/memories/search", json={"user_id": user, "query": "which language for the backend?"}).json()
+    assert hits["degraded"] is False and hits["memories"][0]["id"] == memory_id
+    first = hits["memories"][0]
+    assert set(first) == {"id", "content", "memory_type", "score", "scores", "created_at", "source_ids", "metadata"}
+    assert set(first["scores"]) == {"semantic", "keyword", "recency", "importance"} and 0 <= first["score"] <= 1
+    zh = c.post("/v1/memories/search", json={"user_id": user, "query": "退款流程", "memory_types": ["procedural"]}).json()
+    assert [m["content"] for m in zh["memories"]] == ["退款需要两级审批"]
+    filtered = c.post("/v1/memories/search", json={"user_id": user, "query": "Lisbon", "filters": {"source": "profile"}})
+    assert [m["content"] for m in filtered.json()["memories"]] == ["Lives in Lisbon"]
+
+    got = c.get(f"/v1/memories/{memory_id}", params={"user_id": user}).json()
+    assert got["content"] == "The user prefers Python for backend work"
+    patched = c.patch(f"/v1/memories/{memory_id}", params={"user_id": user}, json={"content": "Prefers Go now", "importance": 0.9})
+    assert patched.status_code == 200 and patched.json()["content"] == "Prefers Go now"
+    events = c.get(f"/v1/memories/{memory_id}/history", params={"user_id": user}).json()["events"]
+    assert [e["action"] for e in events] == ["created", "updated"]
+    listing = c.get("/v1/memories", params={"user_id": user, "limit": 2}).json()
+    assert len(listing["memories"]) == 2 and listing["next_cursor"]
+    rest = c.get("/v1/memories", params={"user_id": user, "limit": 2, "cursor": listing["next_cursor"]}).json()
+    assert len(rest["memories"]) == 1 and rest["next_cursor"] is None
+    assert c.delete(f"/v1/memories/{memory_id}", params={"user_id": user}).status_code == 200
+    assert c.get(f"/v1/memories/{memory_id}", params={"user_id": user}).status_code == 404
+    assert [e["action"] for e in c.get(f"/v1/memories/{memory_id}/history", params={"user_id": user}).json()["events"]][-1] == "deleted"
+
+
+def test_idempotency_key(api) -> None:
+    c, user = api(), _user()
+    body = {"user_id": user, "content": "Has two cats"}
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    first = c.post("/v1/memories", json=body, headers=key)
+    again = c.post("/v1/memories", json=body, headers=key)
+    assert first.status_code == again.status_code == 201 and first.json() == again.json()
+    clash = c.post("/v1/memories", json={**body, "content": "Has three cats"}, headers=key)
+    assert clash.status_code == 409 and clash.json()["error"]["code"] == "idempotency_conflict"
+    assert len(c.get("/v1/memories", params={"user_id": user}).json()["memories"]) == 1
+
+
+def test_tenant_isolation_and_roles(api) -> None:
+    user = _user()
+    acme, globex, reader = api("acme-admin"), api("globex-admin"), api("acme-reader")
+    (memory_id,) = acme.post("/v1/memories", json={"user_id": user, "content": "acme secret roadmap"}).json()["ids"]
+    assert globex.get(f"/v1/memories/{memory_id}", params={"user_id": user}).status_code == 404
+    assert globex.post("/v1/memories/search", json={"user_id": user, "query": "roadmap"}).json()["memories"] == []
+    assert acme.get(f"/v1/memories/{memory_id}", params={"user_id": "someone-else"}).status_code == 404
+    assert globex.delete(f"/v1/memories/{memory_id}", params={"user_id": user}).status_code == 404
+    assert reader.post("/v1/memories/search", json={"user_id": user, "query": "roadmap"}).status_code == 200
+    denied = reader.post("/v1/memories", json={"user_id": user, "content": "x"})
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "forbidden"
+    assert api("acme-writer").delete(f"/v1/users/{user}").status_code == 403
+    assert api(None).post("/v1/memories/search", json={"user_id": user, "query": "x"}).status_code == 401
+    assert api("no-such-key").get("/v1/memories", params={"user_id": user}).status_code == 401
+    assert acme.get(f"/v1/memories/{memory_id}", params={"user_id": user}).status_code == 200
+
+
+def test_erase_user_over_http(api) -> None:
+    c, user = api(), _user()
+    c.post("/v1/memories", json={"user_id": user, "content": "erase me please"})
+    erased = c.delete(f"/v1/users/{user}")
+    assert erased.status_code == 200 and erased.json()["erased"]["memories"] == 1
+    assert c.get("/v1/memories", params={"user_id": user}).json()["memories"] == []
+
+
+def test_conversation_job_and_session_window(api) -> None:
+    c, user = api(), _user()
+    r = c.post("/v1/conversations", json={"user_id": user, "session_id": "s1", "messages": [
+        {"role": "user", "content": "Which language should I use?", "name": "Ana"},
+        {"role": "assistant", "content": "What do you like?"},
+        {"role": "user", "content": "Rust, mostly. My email is ana@example.com"},
+    ]})
+    assert r.status_code == 202
+    job_id = r.json()["job_id"]
+    for _ in range(100):
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.1)
+    assert job["state"] == "succeeded" and job["kind"] == "conversation" and job["report"]["memories"] == 3
+    window = c.get("/v1/sessions/s1/messages", params={"user_id": user, "last": 2}).json()["messages"]
+    assert [m["role"] for m in window] == ["assistant", "user"]
+    assert "ana@example.com" not in str(window) and "[EMAIL]" in window[1]["content"]
+    hits = c.post("/v1/memories/search", json={"user_id": user, "query": "rust"}).json()["memories"]
+    assert hits[0]["content"].startswith("Rust, mostly")
+    assert api("globex-admin").get(f"/v1/jobs/{job_id}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "method, path, kwargs, status",
+    [
+        ("post", "/v1/memories", {"json": {"user_id": "u", "content": ""}}, 422),
+        ("post", "/v1/memories", {"json": {"user_id": "u", "content": "x", "memory_type": "dream"}}, 422),
+        ("post", "/v1/memories", {"json": {"user_id": "u", "content": "x", "importance": "NaN"}}, 422),
+        ("post", "/v1/memories", {"json": {"user_id": "u", "content": "x", "created_at": "yesterday"}}, 422),
+        ("post", "/v1/memories", {"json": {"memories": []}}, 422),
+        ("post", "/v1/memories", {"json": ["not", "an", "object"]}, 422),
+        ("post", "/v1/memories", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422),
+        ("post", "/v1/memories", {"json": {"user_id": "u", "content": "x" * 9000}}, 422),
+        ("post", "/v1/memories", {"content": b"x" * 300_000}, 413),
+        ("post", "/v1/memories/search", {"json": {"user_id": "u", "query": "x", "top_k": 0}}, 422),
+        ("post", "/v1/memories/search", {"json": {"user_id": "u", "query": "x", "since": "2026-02-01", "until": "2026-01-01"}}, 422),
+        ("post", "/v1/memories/search", {"json": {"user_id": "u", "query": "x", "scope": "team"}}, 422),
+        ("get", "/v1/memories", {"params": {"user_id": "u", "cursor": "bogus"}}, 422),
+        ("get", "/v1/memories", {"params": {"limit": 5}}, 422),
+        ("get", "/v1/memories/nope", {"params": {"user_id": "u"}}, 404),
+        ("patch", "/v1/memories/nope", {"params": {"user_id": "u"}, "json": {}}, 422),
+        ("get", "/v1/jobs/nope", {}, 404),
+        ("get", "/v1/nowhere", {}, 404),
+        ("post", "/v1/conversations", {"json": {"user_id": "u", "session_id": "s", "messages": [{"role": "robot", "content": "x"}]}}, 422),
+    ],
+)
+def test_bad_input_is_a_clear_4xx(api, method: str, path: str, kwargs: dict, status: int) -> None:
+    r = getattr(api(), method)(path, **kwargs)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["code"] and error["message"]
+    assert r.headers["x-request-id"]

@@ -223,16 +223,9 @@ class MemoryService:
         Each request succeeds or fails alone: a request whose idempotency key or id was used with
         another body gets a ConflictError and writes nothing; the others are committed together.
         """
-        by_user: dict[str, set[str]] = {}
-        for records in requests:
-            for r in records:
-                by_user.setdefault(r.user_id, set()).add(r.id)
-        known: dict[str, str] = {}  # id -> origin hash of what is stored or accepted in this batch
-        stored: set[str] = set()
-        for user_id, ids in by_user.items():
-            for found in self.store.get_memories(Scope.user(org_id, user_id), sorted(ids)):
-                known[found.id] = found.origin_hash
-                stored.add(found.id)
+        # id -> origin hash of what is stored, or accepted earlier in this batch
+        known = self.store.origin_hashes(org_id, sorted({r.id for records in requests for r in records}))
+        stored = set(known)
         results: list[WriteResult | ConflictError] = []
         fresh: dict[str, MemoryRecord] = {}
         accepted: list[tuple[int, list[MemoryRecord]]] = []

@@ -62,6 +62,10 @@ class MemoryStore(Protocol):
         """Insert the records whose id is absent; return the ids actually inserted (one commit)."""
         ...
 
+    def origin_hashes(self, org_id: str, ids: Sequence[str]) -> dict[str, str]:
+        """For ids that exist in the org, the hash of the write that created each (idempotency checks)."""
+        ...
+
     def get_memories(self, scope: Scope, ids: Sequence[str], *, with_vectors: bool = False) -> list[MemoryRecord]:
         """The records among `ids` that exist inside the scope."""
         ...

@@ -16,6 +16,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
+from ray.exceptions import RayError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -79,6 +80,12 @@ def error_response(exc: BaseException) -> JSONResponse:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
         if exc.code == "queue_full":
             status = 429
+    elif isinstance(exc, (RayError, TimeoutError)):
+        # A replica died or is restarting: the caller may retry (with the same Idempotency-Key).
+        return JSONResponse(
+            {"error": {"code": "unavailable", "message": f"service temporarily unavailable ({type(exc).__name__})"}},
+            status_code=503,
+        )
     else:
         log.exception("unexpected error", exc_info=exc)
         return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)

@@ -173,6 +173,13 @@ class LanceStore:
         self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in fresh], table_schema)
         return {r.id for r in fresh}
 
+    def origin_hashes(self, org_id: str, ids: Sequence[str]) -> dict[str, str]:
+        """The origin hash of each id that exists in the org (ids are derived per org and user)."""
+        if not ids:
+            return {}
+        rows = self._rows(sc.MEMORIES, Where().eq("org_id", org_id).isin("id", ids), ["id", "origin_hash"])
+        return {r["id"]: r["origin_hash"] for r in rows}
+
     def get_memories(self, scope: Scope, ids: Sequence[str], *, with_vectors: bool = False) -> list[MemoryRecord]:
         """The records among `ids` inside the scope."""
         if not ids:

@@ -123,6 +123,67 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import ipaddress
+    import time
+
+    import ray
+    from ray import serve
+
+    from serve_app.app import build
+    from serve_app.config import http_options, load_config
+
+    config = load_config(args.config or settings.serve_config)
+    http = http_options(config, args.host, args.port)
+    if settings.api_keys_file is None and not _is_loopback(http["host"], ipaddress):
+        print("refusing to listen on a non-loopback address without API keys: "
+              "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
+        return EXIT_USAGE
+    if args.load_sample:
+        import warnings
+
+        from agent_memory.demo import load_sample
+
+        load_sample(settings)
+        # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
+        warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
+    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    if args.address:
+        ray.init(address=args.address, runtime_env=env, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, runtime_env=env, log_to_driver=False)
+    serve.start(http_options=http)
+    serve.run(build(settings, config), name="agent-memory", route_prefix="/")
+    url = f"http://{http['host']}:{http['port']}"
+    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)\n")
+    if args.load_sample:
+        from agent_memory.demo import show_recall
+
+        show_recall(url)
+    print("Point your agent at it, e.g.:\n"
+          f"  curl -s {url}/v1/memories/search -H 'content-type: application/json' \\\n"
+          "       -d '{\"user_id\": \"u01\", \"query\": \"Which editor does the user use?\"}'\n"
+          "Ctrl-C stops the server.", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping ...")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
+def _is_loopback(host: str, ipaddress) -> bool:  # type: ignore[no-untyped-def]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
@@ -134,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
         p.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
         return p
+
+    p = data_command("serve", "start local Ray and the Serve app (HTTP API)")
+    p.add_argument("--host", default=None, help="default: the Serve config's, else 127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default: the Serve config's, else 8000")
+    p.add_argument("--config", default=None, help="Serve config YAML (default: cluster/serve_config.yaml)")
+    p.add_argument("--load-sample", action="store_true", help="load examples/sample_history.jsonl first if the store is empty")
+    p.set_defaults(func=cmd_serve)
 
     p = data_command("add", "store one memory")
     p.add_argument("--user-id", required=True)

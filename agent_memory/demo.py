@@ -1,12 +1,10 @@
-"""`make run`: load the sample history into ./data (once) and answer a few recalls from it."""
+"""`make run`: the sample history in ./data (loaded once), the Serve app on loopback, a recall shown."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from agent_memory.cli import build_service
-from agent_memory.history import import_history
 from agent_memory.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -25,27 +23,40 @@ def sample_questions(per_language: int = 2) -> list[tuple[str, str, str]]:
     return [q for bucket in picked.values() for q in bucket]
 
 
-def main() -> int:
-    """Load the sample if the store lacks it, then show recall on it."""
-    settings = Settings()
+def load_sample(settings: Settings) -> None:
+    """Import the sample history into the configured store unless it holds memories already."""
+    from agent_memory.cli import build_service
+    from agent_memory.history import import_history
+
     with build_service(settings) as service:
-        if service.stats()["memories"]["total"] == 0:
-            print(f"loading {SAMPLE} into {settings.storage_uri} ...")
-            report = import_history(service, SAMPLE)
-            service.store.optimize()
-            print(f"  {report.messages_logged} messages, {report.memories_written} memories in {report.duration_s:.1f} s")
-        for org, user, question in sample_questions():
-            result = service.recall(org, {"user_id": user, "query": question, "top_k": 3})
-            print(f"\n[{org}/{user}] {question}")
-            for hit in result.memories:
-                print(f"  {hit.score:.3f}  {hit.content}")
-    print(
-        "\nTry it yourself:\n"
-        "  .venv/bin/agent-memory search --org-id acme --user-id u01 'what does the user work on?'\n"
-        "  .venv/bin/agent-memory add --user-id me 'I prefer answers in bullet points'\n"
-        "  .venv/bin/agent-memory stats"
-    )
-    return 0
+        if service.stats()["memories"]["total"]:
+            print(f"{settings.storage_uri} already holds memories; not loading the sample again")
+            return
+        print(f"loading {SAMPLE.name} into {settings.storage_uri} ...", flush=True)
+        # Into org `default`: without API keys, that is the org every HTTP request belongs to.
+        report = import_history(service, SAMPLE, org_id="default", force_org=True)
+        service.store.optimize()
+        print(f"  {report.messages_logged} messages, {report.memories_written} memories in {report.duration_s:.1f} s")
+
+
+def show_recall(url: str) -> None:
+    """Ask the running server a few of the sample's questions over HTTP."""
+    import httpx
+
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _org, user, question in sample_questions():
+            body = {"user_id": user, "query": question, "top_k": 3}
+            response = client.post("/v1/memories/search", json=body)
+            print(f"[{user}] {question}")
+            for hit in response.json().get("memories", []):
+                print(f"  {hit['score']:.3f}  {hit['content']}")
+
+
+def main() -> int:
+    """Load the sample (once) and serve it."""
+    from agent_memory.cli import main as cli_main
+
+    return cli_main(["serve", "--load-sample"])
 
 
 if __name__ == "__main__":

@@ -207,9 +207,12 @@ def parse_file(path: str | Path, fmt: Format, default_org: str) -> tuple[list[Pa
 
 def import_history(
     service: Any, path: str | Path, *, fmt: Format = "auto", mode: ImportMode = "raw",
-    org_id: str = "default", batch_size: int = 512,
+    org_id: str = "default", batch_size: int = 512, force_org: bool = False,
 ) -> ImportReport:
-    """Import a history file in-process: log every turn, store memories per mode, in batches."""
+    """Import a history file in-process: log every turn, store memories per mode, in batches.
+
+    `org_id` is the org of rows that name none; with `force_org` it is every row's org.
+    """
     from agent_memory.service import group_sessions
 
     if mode != "raw":
@@ -217,6 +220,9 @@ def import_history(
     started = time.perf_counter()
     report = ImportReport()
     turns, report.rejects, report.rows_read = parse_file(path, fmt, org_id)
+    if force_org:
+        for turn in turns:
+            turn.org_id = org_id
     report.rows_rejected = len(report.rejects)
     records: list[MessageRecord] = []
     for turn in turns:

@@ -1,0 +1,192 @@
+"""Search and write latency through the full HTTP path of the Serve app.
+
+1,000,000 memories over 10,000 users (synthetic unit vectors, so setup takes minutes, not hours;
+queries are embedded for real). Measures p50/p95/p99 and requests/s of search at 1, 8 and 32
+concurrent clients and of single writes, and in the same run the two references: in-process
+recall at 1 client, and the embedding ceiling (queries/s of the bare model on batches of 8).
+
+    .venv/bin/python benchmarks/serve_latency.py [--memories 1000000 --users 10000 --requests 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
+from agent_memory.ids import stable_id  # noqa: E402
+from agent_memory.models import MemoryRecord  # noqa: E402
+from agent_memory.service import MemoryService  # noqa: E402
+from agent_memory.settings import Settings  # noqa: E402
+from agent_memory.text import keyword_text  # noqa: E402
+from benchmarks.common import summarize, write_result  # noqa: E402
+from benchmarks.recall_latency import QUERIES, SUBJECTS, TEMPLATES  # noqa: E402
+from storage import LanceStore  # noqa: E402
+
+
+def populate(store: LanceStore, memories: int, users: int, dim: int, seed: int) -> float:
+    """Synthetic memories: template texts (real keywords) with random unit vectors."""
+    rng = np.random.default_rng(seed)
+    pick = random.Random(seed)
+    texts = [t.format(s=s) for t in TEMPLATES for s in SUBJECTS]
+    keywords = [keyword_text(t) for t in texts]
+    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    started = time.perf_counter()
+    chunk = 50_000
+    for start in range(0, memories, chunk):
+        n = min(chunk, memories - start)
+        vectors = rng.standard_normal((n, dim), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        batch = []
+        for j in range(n):
+            i = start + j
+            k = pick.randrange(len(texts))
+            created = now - timedelta(minutes=pick.randrange(0, 60 * 24 * 365))
+            batch.append(MemoryRecord.model_construct(
+                id=stable_id("bench", str(i)), org_id="default", team_id=None, user_id=f"user-{i % users:05d}",
+                agent_id=None, session_id=None, content=texts[k], index_text=texts[k], keywords=keywords[k],
+                memory_type="semantic", importance=0.5, confidence=1.0, status="active", superseded_by=None,
+                valid_from=created, valid_to=None, created_at=created, updated_at=created, last_accessed_at=None,
+                access_count=0, expires_at=None, source_ids=[], metadata={}, oov=0.0, origin_hash="",
+                vector=vectors[j].tolist()))
+        store.insert_memories("default", batch)
+        print(f"  inserted {start + n:,} rows", flush=True)
+    store.optimize(retain=timedelta(0))
+    return time.perf_counter() - started
+
+
+def http_load(url: str, clients: int, per_client: int, users: int, make_request) -> dict:
+    """Run `clients` threads, each sending `per_client` requests; latency summary and requests/s."""
+    import httpx
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    errors = [0]
+
+    def worker(k: int) -> None:
+        rng = random.Random(k)
+        with httpx.Client(base_url=url, timeout=60) as c:
+            for i in range(per_client):
+                method, path, body = make_request(rng, k, i)
+                t0 = time.perf_counter()
+                r = c.request(method, path, json=body)
+                dt = time.perf_counter() - t0
+                with lock:
+                    latencies.append(dt)
+                    if r.status_code >= 400:
+                        errors[0] += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    return {**summarize(latencies), "rps": round(len(latencies) / wall, 1), "errors": errors[0], "clients": clients}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=1_000_000)
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=400, help="search requests per concurrency level")
+    parser.add_argument("--writes", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+
+    import ray
+    from ray import serve
+
+    from serve_app.app import build
+
+    embedder = SentenceTransformerEmbedder(cache_size=0)
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        settings = Settings(storage_uri=f"{tmp}/lancedb", _env_file=None)  # type: ignore[call-arg]
+        store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+        print(f"populating {args.memories:,} memories over {args.users:,} users ...", flush=True)
+        results["setup_s"] = round(populate(store, args.memories, args.users, embedder.dim, args.seed), 1)
+
+        # Reference 1: the embedding ceiling, batches of 8 distinct queries.
+        batches = [[f"{random.Random(i).choice(QUERIES)} {i}-{j}" for j in range(8)] for i in range(60)]
+        embedder.embed_batch(batches[0])
+        t0 = time.perf_counter()
+        for batch in batches:
+            embedder.embed_batch(batch)
+        results["embedding_ceiling_qps"] = round(8 * len(batches) / (time.perf_counter() - t0), 1)
+
+        # Reference 2: in-process recall, one client.
+        service = MemoryService(store, embedder, settings, defer_access=True)
+        rng = random.Random(args.seed)
+        lat = []
+        for i in range(args.requests):
+            body = {"user_id": f"user-{rng.randrange(args.users):05d}", "query": f"{rng.choice(QUERIES)} {i}"}
+            t1 = time.perf_counter()
+            service.recall("default", body)
+            lat.append(time.perf_counter() - t1)
+        service.close()
+        results["in_process_recall"] = summarize(lat)
+        del embedder, service
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        serve.start(http_options={"host": "127.0.0.1", "port": 18777})
+        serve.run(build(settings), name="agent-memory", route_prefix="/")
+        url = "http://127.0.0.1:18777"
+
+        def search(r: random.Random, k: int, i: int):
+            return "POST", "/v1/memories/search", {
+                "user_id": f"user-{r.randrange(args.users):05d}", "query": f"{r.choice(QUERIES)} {k}-{i}"}
+
+        http_load(url, 4, 10, args.users, search)  # warm every replica and path
+        for clients in (1, 8, 32):
+            per = max(1, args.requests // clients) if clients > 1 else args.requests
+            results[f"search_{clients}"] = http_load(url, clients, per, args.users, search)
+            print(f"search x{clients}: {results[f'search_{clients}']}", flush=True)
+
+        def write(r: random.Random, k: int, i: int):
+            return "POST", "/v1/memories", {"user_id": f"user-{r.randrange(args.users):05d}",
+                                            "content": f"benchmark write {k}-{i}: {r.choice(SUBJECTS)}"}
+
+        results["write_1"] = http_load(url, 1, args.writes, args.users, write)
+        print(f"write x1: {results['write_1']}", flush=True)
+        serve.shutdown()
+        ray.shutdown()
+
+    inproc = results["in_process_recall"]["p50_ms"]
+    one, eight = results["search_1"], results["search_8"]
+    targets = {
+        "search_1_p50_under_20ms": one["p50_ms"] < 20,
+        "search_1_p99_under_40ms": one["p99_ms"] < 40,
+        "http_p50_at_most_1.5x_in_process": one["p50_ms"] <= 1.5 * inproc,
+        "search_8_at_least_150_rps": eight["rps"] >= 150,
+        "search_8_p99_under_150ms": eight["p99_ms"] < 150,
+        "write_p50_under_50ms": results["write_1"]["p50_ms"] < 50,
+    }
+    print(f"\n{'case':<22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}")
+    for name in ("in_process_recall", "search_1", "search_8", "search_32", "write_1"):
+        row = results[name]
+        print(f"{name:<22} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} {row['p99_ms']:>8.1f} {row.get('rps', 0):>8}")
+    print(f"embedding ceiling (batches of 8): {results['embedding_ceiling_qps']} queries/s")
+    print(f"HTTP/in-process p50 ratio: {one['p50_ms'] / inproc:.2f}")
+    for name, ok in targets.items():
+        print(f"  {name}: {'met' if ok else 'NOT met'}")
+    path = write_result("serve_latency", {"params": vars(args), "results": results, "targets": targets})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

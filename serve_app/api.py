@@ -36,7 +36,8 @@ from serve_app.auth import ANONYMOUS, ApiKeys, Principal, UnauthorizedError
 from serve_app.schemas import ConversationIn, ImportIn, MemoryBatchIn, MemoryIn, PatchIn, SearchIn, dump
 from storage import LanceStore
 
-log = logging.getLogger("agent_memory.api")
+# Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
+log = logging.getLogger("ray.serve")
 
 STATUS = {
     InvalidInputError: 422,

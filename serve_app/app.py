@@ -30,9 +30,10 @@ from agent_memory.models import MemoryRecord, NewMemory, Scope, parse_input, utc
 from agent_memory.service import MemoryService, WriteResult
 from agent_memory.settings import Settings
 from serve_app import metrics
-from storage import open_store
+from storage import lance_store, open_store
 
-log = logging.getLogger("agent_memory.serve")
+# Serve's own logger: its JSON encoding (set in cluster/serve_config.yaml) adds request ids.
+log = logging.getLogger("ray.serve")
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -188,6 +189,7 @@ class WriterDeployment:
         self._wake = asyncio.Event()
         self._writes = metrics.writes()
         self._commit_rows = metrics.commit_rows()
+        self._retries = metrics.commit_retries()
         self._loop_task: asyncio.Task[None] | None = None
         self._resumed = False
 
@@ -255,6 +257,7 @@ class WriterDeployment:
             for i, result in zip(indexes, outcome, strict=True):
                 results[i] = result
         self._commit_rows.observe(sum(len(op.records) for op in batch))
+        self._retries.set(lance_store.commit_retries)
         self._writes.inc(sum(len(op.records) for op in batch))
         return [results[i] for i in range(len(batch))]
 

@@ -15,6 +15,7 @@ DEPLOYMENTS = ("Ingress", "Recall", "Embedder", "Writer")
 _OPTION_KEYS = {
     "num_replicas", "autoscaling_config", "max_ongoing_requests", "ray_actor_options", "user_config",
     "graceful_shutdown_timeout_s", "health_check_period_s", "health_check_timeout_s", "max_queued_requests",
+    "logging_config",
 }
 
 
@@ -38,6 +39,8 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
     options: dict[str, dict[str, Any]] = {}
     for name in DEPLOYMENTS:
         opts = {k: v for k, v in declared.get(name, {}).items() if k in _OPTION_KEYS}
+        if "logging_config" in apps[0]:
+            opts.setdefault("logging_config", apps[0]["logging_config"])
         actor = dict(opts.get("ray_actor_options") or {"num_cpus": 0.25})
         actor.setdefault("runtime_env", {"env_vars": env})
         if name == "Embedder" and settings.embedding_num_gpus and "num_gpus" not in actor:

@@ -51,6 +51,8 @@ INDEXES: dict[str, list[tuple[str, Any]]] = {
     sc.JOBS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
 }
 _RETRIES = 6
+# Commit conflicts retried in this process, for the serving layer's metrics.
+commit_retries = 0
 
 
 def _retrying(action: Callable[[], T], what: str) -> T:
@@ -61,6 +63,8 @@ def _retrying(action: Callable[[], T], what: str) -> T:
         except Exception as exc:  # Lance surfaces conflicts as OSError/RuntimeError with text
             text = str(exc).lower()
             if attempt + 1 < _RETRIES and ("conflict" in text or "retry" in text or "concurrent" in text):
+                global commit_retries
+                commit_retries += 1
                 time.sleep(0.01 * 2**attempt)
                 continue
             raise

@@ -1,0 +1,62 @@
+"""Both embedding backends: the bundled offline model, and an OpenAI-compatible endpoint on loopback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent_memory.embedding import OpenAIEmbedder, SentenceTransformerEmbedder, build_embedder
+from agent_memory.errors import UnavailableError
+from agent_memory.service import MemoryService
+from agent_memory.settings import Settings
+from storage import LanceStore
+from tests.openai_embeddings_server import DIM, EmbeddingsServer
+
+
+def test_bundled_model_is_offline_normalised_and_sees_unknown_text(embedder: SentenceTransformerEmbedder) -> None:
+    assert embedder.name == "all-MiniLM-L6-v2" and embedder.dim == 384
+    vectors = embedder.embed_batch(["I love Python programming", "I often write code in Python", "I like eating apples"])
+    assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    unreadable, readable = embedder.oov_shares(["服务器 操作系统", "I love Python"])
+    assert unreadable == 1.0 and readable == 0.0
+    assert embedder.embed_batch([]).shape == (0, 384)
+
+
+@pytest.fixture
+def openai_server():
+    server = EmbeddingsServer()
+    yield server
+    server.close()
+
+
+def test_openai_compatible_backend(openai_server: EmbeddingsServer) -> None:
+    settings = Settings(embedding_model="openai:test-embed", embedding_base_url=openai_server.url,
+                        embedding_api_key="k", embedding_batch_size=2, _env_file=None)  # type: ignore[call-arg]
+    embedder = build_embedder(settings)
+    assert isinstance(embedder, OpenAIEmbedder) and embedder.name == "openai:test-embed" and embedder.dim == DIM
+    vectors = embedder.embed_batch(["refund policy", "refund policy details", "weather today"])
+    assert vectors.shape == (3, DIM) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    openai_server.fail_with = 503
+    with pytest.raises(UnavailableError):
+        embedder.embed_batch(["anything"])
+
+
+def test_recall_degrades_to_keywords_when_the_embedder_is_down(openai_server: EmbeddingsServer, tmp_path) -> None:
+    settings = Settings(storage_uri=str(tmp_path / "db"), embedding_model="openai:test-embed",  # type: ignore[call-arg]
+                        embedding_base_url=openai_server.url, _env_file=None)
+    embedder = build_embedder(settings)
+    store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+    service = MemoryService(store, embedder, settings, defer_access=False)
+    service.add("acme", {"user_id": "u1", "content": "Refunds need two approvals"})
+    service.add("acme", {"user_id": "u1", "content": "Lunch is at noon"})
+    healthy = service.recall("acme", {"user_id": "u1", "query": "how are refunds approved"})
+    assert not healthy.degraded and healthy.memories[0].content == "Refunds need two approvals"
+    openai_server.fail_with = 503
+    degraded = service.recall("acme", {"user_id": "u1", "query": "refunds approvals"})
+    assert degraded.degraded and degraded.memories[0].content == "Refunds need two approvals"
+    assert degraded.memories[0].scores.semantic == 0.0
+    with pytest.raises(UnavailableError):
+        service.add("acme", {"user_id": "u1", "content": "never half-stored"})
+    assert store.table("memories").count_rows() == 2  # the failed write left nothing behind
+    service.close()

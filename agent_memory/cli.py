@@ -103,10 +103,36 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_eval_extraction(args: argparse.Namespace, settings: Settings) -> int:
+    """`eval --extraction`: precision and recall of the rules extractor, and of the LLM when configured."""
+    from agent_memory.evaluation import evaluate_extraction, format_extraction_table, load_extraction_cases
+
+    cases = load_extraction_cases(args.extraction)
+    modes = ["rules", "llm"] if settings.llm_configured else ["rules"]
+    reports = []
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
+            scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
+            with build_service(scratch) as service:
+                reports.append(evaluate_extraction(service, cases, mode, org_id=args.org_id))
+    if args.json:
+        _print_json({r["mode"]: r for r in reports})
+    else:
+        print(format_extraction_table(reports))
+        if not settings.llm_configured:
+            print("(llm: not configured; set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL to score it)")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from agent_memory.evaluation import evaluate_recall, format_table, load_questions
     from agent_memory.history import import_history
 
+    if args.extraction:
+        return cmd_eval_extraction(args, settings)
+    if not args.history or not args.questions:
+        print("eval needs --history and --questions (or --extraction CASES.jsonl)", file=sys.stderr)
+        return EXIT_USAGE
     questions = load_questions(args.questions)
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
         scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
@@ -166,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_import)
 
     p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
-    p.add_argument("--history", required=True)
-    p.add_argument("--questions", required=True)
+    p.add_argument("--history", default=None)
+    p.add_argument("--questions", default=None)
+    p.add_argument("--extraction", default=None, metavar="CASES", help="score extraction on a cases file instead")
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
     p.add_argument("--json", action="store_true")

@@ -149,6 +149,30 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:
+    with build_service(settings, with_embedder=False) as service:
+        job = service.store.get_job(args.org_id, args.job_id)
+    if job is None:
+        print(f"job {args.job_id} not found", file=sys.stderr)
+        return 1
+    _print_json(job)
+    return 0
+
+
+def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
+    """Re-run a failed conversation job here, from the logged messages."""
+    from agent_memory.errors import ConflictError
+    from jobs.conversations import run_conversation_job
+
+    with build_service(settings) as service:
+        job = service.store.get_job(args.org_id, args.job_id)
+        if job is not None and job["state"] != "failed" and not args.force:
+            raise ConflictError(f"job {args.job_id} is {job['state']}; only failed jobs are retried (or pass --force)")
+        state = run_conversation_job(service, args.org_id, args.job_id)
+        _print_json(service.store.get_job(args.org_id, args.job_id))
+    return 0 if state == "succeeded" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
@@ -199,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("jobs", help="background jobs: show one, retry a failed one")
+    jobs_sub = p.add_subparsers(dest="jobs_command", required=True)
+    for name, func, help_text in (("show", cmd_jobs_show, "a job's state, error and report"),
+                                  ("retry", cmd_jobs_retry, "re-run a failed conversation job from the message log")):
+        j = jobs_sub.add_parser(name, help=help_text)
+        j.add_argument("job_id")
+        j.add_argument("--org-id", default="default", help="tenant (default: default)")
+        j.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
+        j.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
+        if name == "retry":
+            j.add_argument("--force", action="store_true", help="re-run even if the job did not fail")
+        j.set_defaults(func=func)
     return parser
 
 

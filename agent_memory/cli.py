@@ -103,10 +103,36 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_eval_extraction(args: argparse.Namespace, settings: Settings) -> int:
+    """`eval --extraction`: precision and recall of the rules extractor, and of the LLM when configured."""
+    from agent_memory.evaluation import evaluate_extraction, format_extraction_table, load_extraction_cases
+
+    cases = load_extraction_cases(args.extraction)
+    modes = ["rules", "llm"] if settings.llm_configured else ["rules"]
+    reports = []
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
+            scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
+            with build_service(scratch) as service:
+                reports.append(evaluate_extraction(service, cases, mode, org_id=args.org_id))
+    if args.json:
+        _print_json({r["mode"]: r for r in reports})
+    else:
+        print(format_extraction_table(reports))
+        if not settings.llm_configured:
+            print("(llm: not configured; set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL to score it)")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from agent_memory.evaluation import evaluate_recall, format_table, load_questions
     from agent_memory.history import import_history
 
+    if args.extraction:
+        return cmd_eval_extraction(args, settings)
+    if not args.history or not args.questions:
+        print("eval needs --history and --questions (or --extraction CASES.jsonl)", file=sys.stderr)
+        return EXIT_USAGE
     questions = load_questions(args.questions)
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
         scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
@@ -184,6 +210,30 @@ def _is_loopback(host: str, ipaddress) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
+def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:
+    with build_service(settings, with_embedder=False) as service:
+        job = service.store.get_job(args.org_id, args.job_id)
+    if job is None:
+        print(f"job {args.job_id} not found", file=sys.stderr)
+        return 1
+    _print_json(job)
+    return 0
+
+
+def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
+    """Re-run a failed conversation job here, from the logged messages."""
+    from agent_memory.errors import ConflictError
+    from jobs.conversations import run_conversation_job
+
+    with build_service(settings) as service:
+        job = service.store.get_job(args.org_id, args.job_id)
+        if job is not None and job["state"] != "failed" and not args.force:
+            raise ConflictError(f"job {args.job_id} is {job['state']}; only failed jobs are retried (or pass --force)")
+        state = run_conversation_job(service, args.org_id, args.job_id)
+        _print_json(service.store.get_job(args.org_id, args.job_id))
+    return 0 if state == "succeeded" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
@@ -234,12 +284,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_import)
 
     p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
-    p.add_argument("--history", required=True)
-    p.add_argument("--questions", required=True)
+    p.add_argument("--history", default=None)
+    p.add_argument("--questions", default=None)
+    p.add_argument("--extraction", default=None, metavar="CASES", help="score extraction on a cases file instead")
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("jobs", help="background jobs: show one, retry a failed one")
+    jobs_sub = p.add_subparsers(dest="jobs_command", required=True)
+    for name, func, help_text in (("show", cmd_jobs_show, "a job's state, error and report"),
+                                  ("retry", cmd_jobs_retry, "re-run a failed conversation job from the message log")):
+        j = jobs_sub.add_parser(name, help=help_text)
+        j.add_argument("job_id")
+        j.add_argument("--org-id", default="default", help="tenant (default: default)")
+        j.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
+        j.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
+        if name == "retry":
+            j.add_argument("--force", action="store_true", help="re-run even if the job did not fail")
+        j.set_defaults(func=func)
     return parser
 
 

@@ -88,3 +88,121 @@ def format_table(report: dict[str, Any]) -> str:
             m = section[mode]
             lines.append(f"{name:<10} {mode:<8} {m['recall@5']:>9.3f} {m['recall@10']:>10.3f} {m['mrr']:>7.3f}  {count}")
     return "\n".join(lines)
+
+
+# -- extraction --------------------------------------------------------------------------------
+
+
+def load_extraction_cases(path: str | Path) -> list[dict[str, Any]]:
+    """Read an extraction set: each line `{"messages": [...], "expected": [...], "forbidden": [...]}`."""
+    cases = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(f"{path}:{number}: not JSON ({exc})") from None
+            messages = item.get("messages") if isinstance(item, dict) else None
+            if not isinstance(messages, list) or not messages:
+                raise InvalidInputError(f"{path}:{number}: needs a non-empty messages list")
+            for key in ("expected", "forbidden", "superseded"):
+                value = item.get(key, [])
+                if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                    raise InvalidInputError(f"{path}:{number}: {key} must be a list of non-empty strings")
+            item.setdefault("id", f"line-{number}")
+            cases.append(item)
+    if not cases:
+        raise InvalidInputError(f"{path}: no cases")
+    return cases
+
+
+def fact_matches(fact: str, content: str) -> bool:
+    """Whether a memory states a labelled fact: every term of the fact (words, CJK bigrams) is in it.
+
+    Labelled facts are written as their key words ("green tea", "周五 会议"), so a memory matches
+    whatever its wording around them; plural and singular English words count as the same.
+    """
+    from agent_memory.text import terms
+
+    def stems(text: str) -> set[str]:
+        return {t[:-1] if len(t) > 3 and t.endswith("s") else t for t in terms(text)}
+
+    wanted = stems(fact)
+    return bool(wanted) and wanted <= stems(content)
+
+
+def _ratio(a: int, b: int) -> float:
+    return round(a / b, 4) if b else 1.0
+
+
+def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *, org_id: str = "eval") -> dict[str, Any]:
+    """Run extraction on every case (one fresh user each) and score the active memories it leaves.
+
+    precision: share of extracted active memories that state an expected fact and no forbidden one;
+    recall: share of expected facts stated by some active memory; flips: share of `superseded`
+    facts that no active memory states any more (except one that also states the newer fact).
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from agent_memory.extraction import build_extractor, extract_and_store
+    from agent_memory.models import Scope
+
+    extractor = build_extractor(service.settings, mode)  # type: ignore[arg-type]
+    base = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    totals: dict[str, dict[str, int]] = {}
+    failures: list[dict[str, str]] = []
+    for index, case in enumerate(cases):
+        user_id = f"case-{index}"
+        messages = [
+            {"role": m["role"], "content": m["content"], "message_id": f"{user_id}:m{i}",
+             "created_at": (base + timedelta(minutes=i)).isoformat()}
+            for i, m in enumerate(case["messages"])
+        ]
+        records = service.message_records(org_id, user_id, "s1", messages)
+        service.log_messages(org_id, records)
+        extract_and_store(service, org_id, records, mode, actor="eval", extractor=extractor)  # type: ignore[arg-type]
+        active = [r.content for r in service.list(Scope.user(org_id, user_id), limit=1000).records]
+        expected, forbidden, flipped = case.get("expected", []), case.get("forbidden", []), case.get("superseded", [])
+        good = [c for c in active if any(fact_matches(f, c) for f in expected) and not any(fact_matches(f, c) for f in forbidden)]
+        found = [f for f in expected if any(fact_matches(f, c) for c in active)]
+        retired = [f for f in flipped if all(any(fact_matches(e, c) for e in expected) for c in active if fact_matches(f, c))]
+        for key in ("all", str(case.get("lang") or "all")):
+            t = totals.setdefault(key, {"extracted": 0, "correct": 0, "expected": 0, "found": 0, "flips": 0, "retired": 0,
+                                        "forbidden_hits": 0, "cases": 0})
+            t["cases"] += 1
+            t["extracted"] += len(active)
+            t["correct"] += len(good)
+            t["expected"] += len(expected)
+            t["found"] += len(found)
+            t["flips"] += len(flipped)
+            t["retired"] += len(retired)
+            t["forbidden_hits"] += sum(1 for c in active if any(fact_matches(f, c) for f in forbidden))
+            if key != "all":
+                break
+        wrong = [c for c in active if c not in good]
+        missed = [f for f in expected if f not in found]
+        if wrong or missed or len(retired) < len(flipped):
+            failures.append({"id": str(case["id"]), "wrong": wrong, "missed": missed,  # type: ignore[dict-item]
+                             "not_retired": [f for f in flipped if f not in retired]})
+
+    def summary(t: dict[str, int]) -> dict[str, Any]:
+        return {"precision": _ratio(t["correct"], t["extracted"]), "recall": _ratio(t["found"], t["expected"]),
+                "flips_retired": _ratio(t["retired"], t["flips"]), **t}
+
+    report: dict[str, Any] = {"mode": mode, **summary(totals["all"])}
+    report["by_lang"] = {k: summary(v) for k, v in sorted(totals.items()) if k != "all"}
+    report["failures"] = failures
+    return report
+
+
+def format_extraction_table(reports: list[dict[str, Any]]) -> str:
+    """A plain-text table of extraction reports (one per extractor)."""
+    lines = [f"{'extractor':<10} {'set':<5} {'precision':>9} {'recall':>7} {'flips':>6} {'extracted':>9} {'expected':>8}  cases"]
+    for report in reports:
+        rows = [("all", report), *report.get("by_lang", {}).items()]
+        for name, r in rows:
+            lines.append(f"{report['mode']:<10} {name:<5} {r['precision']:>9.3f} {r['recall']:>7.3f} {r['flips_retired']:>6.2f} "
+                         f"{r['extracted']:>9} {r['expected']:>8}  {r['cases']}")
+    return "\n".join(lines)

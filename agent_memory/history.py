@@ -215,8 +215,6 @@ def import_history(
     """
     from agent_memory.service import group_sessions
 
-    if mode != "raw":
-        raise InvalidInputError(f"mode {mode!r} is not available in-process yet; use --mode raw")
     started = time.perf_counter()
     report = ImportReport()
     turns, report.rejects, report.rows_read = parse_file(path, fmt, org_id)
@@ -239,6 +237,16 @@ def import_history(
     for org, org_records in by_org.items():
         for start in range(0, len(org_records), batch_size * 4):
             report.messages_logged += len(service.log_messages(org, org_records[start : start + batch_size * 4]))
+    if mode != "raw":
+        # rules / llm: each user's turns go through extraction in time order (supersede needs order).
+        from agent_memory.extraction import build_extractor, extract_and_store
+
+        extractor = build_extractor(service.settings, mode)
+        for org, org_records in by_org.items():
+            result = extract_and_store(service, org, org_records, mode, actor="import", extractor=extractor)
+            report.memories_written += len(result.created)
+            report.memories_skipped += result.unchanged
+        sessions = []
     pending: list[tuple[str, Any]] = []
     for session in sessions:
         for memory in service.raw_memories(session):

@@ -34,6 +34,34 @@ class Settings(BaseSettings):
     llm_base_url: str | None = None
     llm_api_key: str | None = None
     llm_model: str | None = None
+    llm_timeout_s: float = Field(default=30.0, gt=0)
+    # Retries of one request on 429, 5xx, timeouts and dropped connections, with exponential backoff.
+    llm_max_retries: int = Field(default=3, ge=0, le=10)
+    llm_backoff_s: float = Field(default=1.0, ge=0)
+    llm_backoff_max_s: float = Field(default=30.0, ge=0)
+    # Requests per minute this process sends to the LLM (0: no limit).
+    llm_requests_per_minute: float = Field(default=60.0, ge=0)
+    # `json_schema` where the server supports structured output; `json_object` for those that only do JSON mode.
+    llm_response_format: Literal["json_schema", "json_object"] = "json_schema"
+    llm_temperature: float = Field(default=0.0, ge=0, le=2)
+
+    # Extraction (conversations and `--mode rules|llm` imports)
+    # Candidates below this confidence are not stored (the messages stay in the log).
+    extraction_min_confidence: float = Field(default=0.6, ge=0, le=1)
+    # A candidate this close to an active memory reinforces it instead of adding a copy: term overlap
+    # (Dice, any language) or cosine (only where the embedding model reads both texts).
+    extraction_reinforce_lexical: float = Field(default=0.7, gt=0, le=1)
+    extraction_reinforce_cosine: float = Field(default=0.92, gt=0, le=1)
+    # Existing memories of the user shown to the LLM, and compared with each candidate.
+    extraction_neighbours: int = Field(default=8, ge=1, le=50)
+    # Conversation mode when a request names none: `llm` if an LLM is configured, else `rules`.
+    conversation_mode: Literal["raw", "rules", "llm"] | None = None
+    # Background extraction: jobs waiting or running before submissions are refused (HTTP 429).
+    conversation_queue_size: int = Field(default=256, ge=1)
+    extraction_concurrency: int = Field(default=1, ge=1, le=64)
+    extraction_worker_cpus: float = Field(default=0.5, ge=0)
+    extraction_job_attempts: int = Field(default=3, ge=1, le=20)
+    extraction_retry_backoff_s: float = Field(default=5.0, ge=0)
 
     # HTTP API
     api_keys_file: Path | None = None
@@ -89,3 +117,10 @@ class Settings(BaseSettings):
     def llm_configured(self) -> bool:
         """Whether an OpenAI-compatible LLM is configured for extraction."""
         return bool(self.llm_base_url and self.llm_model)
+
+    @property
+    def default_conversation_mode(self) -> Literal["raw", "rules", "llm"]:
+        """The extraction mode of a conversation that names none."""
+        if self.conversation_mode is not None:
+            return self.conversation_mode
+        return "llm" if self.llm_configured else "rules"

@@ -126,10 +126,6 @@ class MemoryStore(Protocol):
         """One job of the org, or None."""
         ...
 
-    def unfinished_jobs(self, kind: str) -> list[dict[str, Any]]:
-        """Queued or running jobs of a kind across orgs (maintenance: resuming after a restart)."""
-        ...
-
     def erase_user(self, org_id: str, user_id: str) -> dict[str, int]:
         """Delete every row of the user in every table, then purge old versions; return counts per table."""
         ...

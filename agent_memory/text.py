@@ -12,7 +12,8 @@ import re
 import unicodedata
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+# Word tokens stop where a CJK run starts, so "从Emacs换成Zed了" splits into its words and bigrams.
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)?", re.UNICODE)
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
 
 # Words too common to carry meaning in a memory or a question about one.

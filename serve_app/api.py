@@ -312,14 +312,15 @@ class IngressDeployment:
 
     @app.post("/v1/conversations", status_code=202, tags=["conversations"])
     async def conversations(self, body: ConversationIn, caller: Caller) -> dict[str, str]:
-        """Redact and log the turns now; extract memories in the background (`GET /v1/jobs/{id}`)."""
+        """Redact and log the turns now; extract memories in the background (`GET /v1/jobs/{id}`).
+
+        `mode`: `rules` (offline patterns, English and Chinese), `llm` (the configured
+        OpenAI-compatible model) or `raw` (every turn); default `llm` when an LLM is configured.
+        """
         caller.require("writer")
-        mode = body.mode or "raw"
-        if mode != "raw":
-            raise InvalidInputError(f"mode {mode!r} is not available on this server; use raw")
         messages = [dump(m) for m in body.messages]
         job_id = await self._writer.log_conversation.remote(
-            caller.org_id, body.user_id, body.session_id, body.agent_id, messages, mode
+            caller.org_id, body.user_id, body.session_id, body.agent_id, messages, body.mode
         )
         return {"job_id": job_id}
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ from ray.serve.handle import DeploymentHandle
 
 from agent_memory.embedding import Embedder, build_embedder
 from agent_memory.errors import AgentMemoryError, NotFoundError, UnavailableError
-from agent_memory.models import MemoryRecord, NewMemory, Scope, parse_input, utcnow
+from agent_memory.models import MemoryRecord, NewMemory, parse_input
 from agent_memory.service import MemoryService, WriteResult
 from agent_memory.settings import Settings
 from serve_app import metrics
@@ -285,65 +284,32 @@ class WriterDeployment:
 
     async def log_conversation(
         self, org_id: str, user_id: str, session_id: str, agent_id: str | None,
-        messages: list[dict[str, Any]], mode: str,
+        messages: list[dict[str, Any]], mode: str | None,
     ) -> str:
-        """Log the turns and queue their extraction; answer with the job id at once."""
+        """Log the turns (in their turn in the queue), then queue their extraction on the cluster.
+
+        Answers with the job id at once; a full extraction queue raises `queue_full` (429) after
+        the turns are logged, so nothing the agent sent is lost.
+        """
+        from jobs.conversations import submit_conversation
+
         records = self._service.message_records(org_id, user_id, session_id, messages, agent_id=agent_id)
-        now = utcnow()
-        job = {
-            "id": uuid.uuid4().hex, "org_id": org_id, "user_id": user_id, "kind": "conversation",
-            "state": "queued", "progress": 0.0, "created_at": now, "updated_at": now, "error": None,
-            "report": {"session_id": session_id, "mode": mode, "message_ids": [r.message_id for r in records]},
-        }
-
-        def log_and_record() -> None:
-            self._service.log_messages(org_id, records)
-            self._service.store.put_job(org_id, job)
-
         loop = asyncio.get_running_loop()
-        await self._submit(_Operation("call", org_id, loop.create_future(), call=log_and_record))
-        loop.create_task(self._extract(job))
-        return job["id"]
-
-    async def _extract(self, job: dict[str, Any]) -> None:
-        """Turn a logged conversation into memories (`raw`: one per turn), recording the job's state."""
-        org_id, user_id = job["org_id"], job["user_id"]
-        report = dict(job["report"])
-        loop = asyncio.get_running_loop()
-
-        def set_state(state: str, **extra: Any) -> None:
-            job.update(state=state, updated_at=utcnow(), **extra)
-            self._service.store.put_job(org_id, job)
-
-        try:
-            await loop.run_in_executor(self._executor, set_state, "running")
-            window = self._service.session_messages(Scope.user(org_id, user_id), report["session_id"], last=1000)
-            wanted = set(report["message_ids"])
-            turns = [m for m in window if m.message_id in wanted]
-            window_ids = [m.message_id for m in window]
-            # Context for the first new turn comes from the turns logged before it.
-            first = min((window_ids.index(m.message_id) for m in turns), default=0)
-            context = window[max(0, first - self._settings.context_turns) : first]
-            memories = [m for m in self._service.raw_memories([*context, *turns]) if m.source_ids[0] in wanted]
-            records = [self._service.prepare(org_id, m) for m in memories]
-            result = await self._submit(_Operation("write", org_id, loop.create_future(), records=records))
-            report.update(memories=len(result.ids), created=len(result.created))
-            await loop.run_in_executor(self._executor, lambda: set_state("succeeded", progress=1.0, report=report))
-        except Exception as exc:  # recorded on the job, never lost silently
-            log.exception("conversation job %s failed", job["id"])
-            error = f"{type(exc).__name__}: {exc}"
-            await loop.run_in_executor(self._executor, lambda: set_state("failed", error=error))
+        await self._submit(_Operation(
+            "call", org_id, loop.create_future(), call=lambda: self._service.log_messages(org_id, records)
+        ))
+        return await loop.run_in_executor(
+            None, lambda: submit_conversation(self._settings, org_id, user_id, session_id, records, mode)
+        )
 
     async def _resume_jobs(self) -> None:
-        """Finish conversation jobs a previous replica accepted but did not complete."""
-        loop = asyncio.get_running_loop()
+        """Finish conversation jobs accepted before a restart (state lives in the jobs table)."""
+        from jobs.conversations import resume_pending_jobs
+
         try:
-            pending = await loop.run_in_executor(self._executor, self._service.store.unfinished_jobs, "conversation")
+            await asyncio.get_running_loop().run_in_executor(None, resume_pending_jobs, self._settings)
         except Exception:
-            log.exception("could not list unfinished jobs")
-            return
-        for job in pending:
-            loop.create_task(self._extract(job))
+            log.exception("could not resume unfinished conversation jobs")
 
     async def ping(self) -> bool:
         """Readiness: the writer is up and its loop is running."""

@@ -362,12 +362,6 @@ class LanceStore:
         rows = self._rows(sc.JOBS, Where().eq("org_id", org_id).eq("id", job_id))
         return sc.job_dict(rows[0]) if rows else None
 
-    def unfinished_jobs(self, kind: str) -> list[dict[str, Any]]:
-        """Queued or running jobs of a kind in every org: a maintenance read for resuming after a restart."""
-        where = Where().eq("kind", kind).isin("state", ["queued", "running"]).render()
-        rows = self._tables[sc.JOBS].search().where(where).limit(None).to_arrow().to_pylist()
-        return [sc.job_dict(r) for r in rows]
-
     # -- erasure and maintenance ---------------------------------------------------------------
 
     def erase_user(self, org_id: str, user_id: str) -> dict[str, int]:

@@ -12,6 +12,15 @@ def _user() -> str:
     return f"user-{uuid.uuid4().hex[:8]}"
 
 
+def _wait_job(client, job_id: str) -> dict:
+    for _ in range(600):
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in ("succeeded", "failed"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish: {job}")
+
+
 def test_health_and_readiness(api) -> None:
     c = api(None)
     assert c.get("/healthz").json() == {"status": "ok"}
@@ -95,25 +104,39 @@ def test_erase_user_over_http(api) -> None:
 
 def test_conversation_job_and_session_window(api) -> None:
     c, user = api(), _user()
-    r = c.post("/v1/conversations", json={"user_id": user, "session_id": "s1", "messages": [
+    r = c.post("/v1/conversations", json={"user_id": user, "session_id": "s1", "mode": "raw", "messages": [
         {"role": "user", "content": "Which language should I use?", "name": "Ana"},
         {"role": "assistant", "content": "What do you like?"},
         {"role": "user", "content": "Rust, mostly. My email is ana@example.com"},
     ]})
     assert r.status_code == 202
     job_id = r.json()["job_id"]
-    for _ in range(100):
-        job = c.get(f"/v1/jobs/{job_id}").json()
-        if job["state"] in ("succeeded", "failed"):
-            break
-        time.sleep(0.1)
-    assert job["state"] == "succeeded" and job["kind"] == "conversation" and job["report"]["memories"] == 3
+    job = _wait_job(c, job_id)
+    assert job["state"] == "succeeded" and job["kind"] == "conversation"
     window = c.get("/v1/sessions/s1/messages", params={"user_id": user, "last": 2}).json()["messages"]
     assert [m["role"] for m in window] == ["assistant", "user"]
     assert "ana@example.com" not in str(window) and "[EMAIL]" in window[1]["content"]
     hits = c.post("/v1/memories/search", json={"user_id": user, "query": "rust"}).json()["memories"]
     assert hits[0]["content"].startswith("Rust, mostly")
     assert api("globex-admin").get(f"/v1/jobs/{job_id}").status_code == 404
+
+
+def test_conversation_rules_extraction_supersedes_a_flip(api) -> None:
+    c, user = api(), _user()
+    first = c.post("/v1/conversations", json={"user_id": user, "session_id": "s1", "messages": [
+        {"role": "user", "content": "I prefer VS Code for coding."}]})
+    assert _wait_job(c, first.json()["job_id"])["state"] == "succeeded"
+    second = c.post("/v1/conversations", json={"user_id": user, "session_id": "s2", "messages": [
+        {"role": "user", "content": "Actually I switched from VS Code to Neovim last month."},
+        {"role": "assistant", "content": "Got it."}, {"role": "user", "content": "今天天气不错"}]})
+    assert _wait_job(c, second.json()["job_id"])["state"] == "succeeded"
+    hits = c.post("/v1/memories/search", json={"user_id": user, "query": "which editor does the user use?"}).json()
+    contents = [m["content"] for m in hits["memories"]]
+    assert any("Neovim" in text for text in contents)
+    assert not any("VS Code" in text and "Neovim" not in text for text in contents)
+    assert not any("天气" in text for text in contents)
+    old = c.get("/v1/memories", params={"user_id": user, "status": "superseded"}).json()["memories"]
+    assert old and "VS Code" in old[0]["content"]
 
 
 @pytest.mark.parametrize(

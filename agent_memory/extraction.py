@@ -1,0 +1,410 @@
+"""From conversation turns to memories, without destroying what is known.
+
+`extract_and_store` is the one entry point of the conversation endpoint and of imports. Per mode:
+
+- `raw`: every turn becomes one episodic memory (the service's `raw_memories`);
+- `rules`: the offline patterns of `agent_memory.rules`;
+- `llm`: the configured OpenAI-compatible model (`agent_memory.llm`).
+
+Each candidate is then compared with the user's closest active memories and one decision is
+taken, in message order:
+
+- *reinforce*: it restates a memory (same slot and value, near-identical wording, or the LLM says
+  so): the memory absorbs its source ids and importance through the one merge function
+  (`agent_memory.merge.merge_records`), instead of a copy being added;
+- *supersede*: it contradicts a memory (same slot with another value, a named old value such as
+  "switched from VS Code", an opposite opinion, or the LLM says so): the new memory is stored and
+  the old one gets `status = superseded`, `valid_to` and `superseded_by`; it leaves recall and
+  stays in history;
+- *create*: it is new.
+
+Nothing is hard-deleted. Every decision is an audit event (created, reinforced, superseded).
+Closeness never rests on cosine alone: the bundled model cannot read Chinese, so term overlap
+(words and CJK bigrams) and the rules' slots carry it there, and cosine counts only where the
+model reads both texts.
+
+Memory ids derive from the source message ids and the normalised content, so running extraction
+again over the same messages adds nothing and records no new decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+
+from agent_memory.errors import InvalidInputError
+from agent_memory.ids import stable_id
+from agent_memory.merge import merge_records, superseded
+from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
+from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised
+from agent_memory.store import RecallFilter
+from agent_memory.text import keyword_text, lexical_similarity
+
+if TYPE_CHECKING:
+    from agent_memory.service import MemoryService
+
+log = logging.getLogger(__name__)
+Mode = Literal["raw", "rules", "llm"]
+MODES: tuple[str, ...] = ("raw", "rules", "llm")
+
+
+class Extractor(Protocol):
+    """Anything that proposes memories from a conversation, given what the user already has."""
+
+    name: str
+
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[Candidate]:
+        """Candidates in message order."""
+        ...
+
+
+@dataclass
+class ExtractionResult:
+    """What one extraction did: counts and the ids of every decision."""
+
+    mode: str
+    messages: int = 0
+    candidates: int = 0
+    created: list[str] = field(default_factory=list)
+    reinforced: list[str] = field(default_factory=list)
+    superseded: list[dict[str, str]] = field(default_factory=list)
+    unchanged: int = 0
+    below_confidence: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view (a job's report)."""
+        return {
+            "mode": self.mode, "messages": self.messages, "candidates": self.candidates,
+            "created": list(self.created), "reinforced": list(self.reinforced),
+            "superseded": list(self.superseded), "unchanged": self.unchanged,
+            "below_confidence": self.below_confidence,
+        }
+
+    def add(self, other: ExtractionResult) -> None:
+        """Fold another result (another user or session) into this one."""
+        self.messages += other.messages
+        self.candidates += other.candidates
+        self.created += other.created
+        self.reinforced += other.reinforced
+        self.superseded += other.superseded
+        self.unchanged += other.unchanged
+        self.below_confidence += other.below_confidence
+
+
+def build_extractor(settings: Any, mode: Mode) -> Extractor | None:
+    """The extractor of a mode (None for `raw`); `llm` needs an LLM in the settings."""
+    if mode == "raw":
+        return None
+    if mode == "rules":
+        return RulesExtractor()
+    if mode == "llm":
+        from agent_memory.llm import LLMExtractor
+
+        return LLMExtractor.from_settings(settings)
+    raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+
+
+def extract_and_store(
+    service: MemoryService,
+    org_id: str,
+    messages: Sequence[MessageRecord],
+    mode: Mode,
+    *,
+    actor: str,
+    extractor: Extractor | None = None,
+) -> ExtractionResult:
+    """Turn logged (redacted) messages into memories per mode, applying decisions in message order.
+
+    Messages may span sessions and users; each user's messages are handled in time order. The
+    messages must already be in the log: they are the provenance of every memory made here.
+    """
+    if mode not in MODES:
+        raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    result = ExtractionResult(mode=mode)
+    by_user: dict[str, list[MessageRecord]] = {}
+    for message in messages:
+        if message.org_id != org_id:
+            raise InvalidInputError("every message must belong to the org being written")
+        by_user.setdefault(message.user_id, []).append(message)
+    if mode != "raw" and extractor is None:
+        extractor = build_extractor(service.settings, mode)
+    for user_id, user_messages in by_user.items():
+        ordered = sorted(user_messages, key=lambda m: (m.created_at, m.session_id, m.message_id))
+        if mode == "raw":
+            result.add(_store_raw(service, org_id, ordered, actor))
+        else:
+            assert extractor is not None
+            result.add(_Decider(service, Scope.user(org_id, user_id), actor).run(extractor, ordered, mode))
+    return result
+
+
+def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord], actor: str) -> ExtractionResult:
+    from agent_memory.service import group_sessions
+
+    result = ExtractionResult(mode="raw", messages=len(messages))
+    records = [service.prepare(org_id, m) for session in group_sessions(messages) for m in service.raw_memories(session)]
+    result.candidates = len(records)
+    written = service.write_records(org_id, records, actor=actor, on_conflict="skip")
+    result.created = [i for i in written.ids if i in written.created]
+    result.unchanged = len(records) - len(result.created)
+    return result
+
+
+def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: str) -> str:
+    """The id of an extracted memory: from its source messages and its normalised content."""
+    return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), normalised(content))
+
+
+def _ordered_id() -> str:
+    """A unique event id that sorts in creation order."""
+    return f"{time.time_ns():020d}{uuid.uuid4().hex[:12]}"
+
+
+def _meta(record: MemoryRecord, key: str) -> Any:
+    return (record.metadata or {}).get(key)
+
+
+def _asserted_text(record: MemoryRecord) -> str:
+    """What a memory asserts now: its content without the old values it says it replaced."""
+    text = normalised(record.content)
+    for old in _meta(record, "replaces") or []:
+        text = text.replace(normalised(str(old)), " ")
+    return text
+
+
+class _Decider:
+    """Decides and applies the candidates of one user, in order, with batched reads and writes."""
+
+    def __init__(self, service: MemoryService, scope: Scope, actor: str) -> None:
+        self.service = service
+        self.settings = service.settings
+        self.scope = scope
+        self.actor = actor
+        self.now = service.clock()
+        # Working state: what the store will hold once this run is applied.
+        self.new: dict[str, MemoryRecord] = {}  # created in this run, in order
+        self.changed: dict[str, MemoryRecord] = {}  # existing memories reinforced in this run
+        self.originals: dict[str, MemoryRecord] = {}
+        self.retired: dict[str, tuple[MemoryRecord, str]] = {}  # id -> (memory, superseded_by)
+        self.events: list[MemoryEvent] = []
+        self.result = ExtractionResult(mode="")
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def run(self, extractor: Extractor, messages: list[MessageRecord], mode: str) -> ExtractionResult:
+        self.result = ExtractionResult(mode=mode, messages=len(messages))
+        existing = self._neighbours_of_text(" ".join(m.content for m in messages if m.role == "user"))
+        candidates = extractor.extract(messages, existing)
+        self.result.candidates = len(candidates)
+        keep = []
+        for candidate in candidates:
+            if candidate.confidence < self.settings.extraction_min_confidence:
+                self.result.below_confidence += 1
+                continue
+            keep.append(candidate)
+        if not keep:
+            return self.result
+        records = [self._record(c) for c in keep]
+        # One batched model call for every candidate; the same vectors are compared and stored.
+        self.service.embed_records(records)
+        stored = {r.id: r for r in self.service.store.get_memories(self.scope, [r.id for r in records], with_vectors=True)}
+        for candidate, record in zip(keep, records, strict=True):
+            self._decide(candidate, record, stored.get(record.id))
+        self._apply()
+        return self.result
+
+    def _record(self, candidate: Candidate) -> MemoryRecord:
+        message = candidate.message
+        metadata: dict[str, Any] = {"extractor": candidate.extractor}
+        if candidate.rule:
+            metadata["rule"] = candidate.rule
+        if candidate.slot:
+            metadata["slot"] = candidate.slot
+        if candidate.value:
+            metadata["value"] = candidate.value
+        if candidate.replaces:
+            metadata["replaces"] = list(candidate.replaces)
+        item = NewMemory(
+            user_id=self.scope.user_id or message.user_id, content=candidate.content, memory_type=candidate.memory_type,
+            agent_id=message.agent_id, session_id=message.session_id, importance=candidate.importance,
+            confidence=candidate.confidence, created_at=message.created_at, source_ids=list(candidate.source_ids),
+            context=candidate.context, metadata=metadata,
+        )
+        record = self.service.prepare(self.scope.org_id, item)
+        record.id = extracted_id(self.scope.org_id, record.user_id, candidate.source_ids, record.content)
+        return record
+
+    # -- looking up what is known ----------------------------------------------------------------
+
+    def _filter(self, **metadata: Any) -> RecallFilter:
+        return RecallFilter(metadata=metadata, now=self.now)
+
+    def _neighbours_of_text(self, text: str) -> list[MemoryRecord]:
+        """The user's active memories closest to a text (what the LLM is shown)."""
+        if not text.strip():
+            return []
+        k = self.settings.extraction_neighbours
+        ids = [c.id for c in self.service.store.keyword_search(self.scope, keyword_text(text), self._filter(), k)]
+        if self.service.embedder is not None and self.service.embedder.oov_shares([text])[0] < self.settings.oov_full_share:
+            vector = self.service.embedder.embed_batch([text])[0]
+            ids += [c.id for c in self.service.store.vector_search(self.scope, vector, self._filter(), k)]
+        found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))}
+        return [found[i] for i in dict.fromkeys(ids) if i in found][: 2 * k]
+
+    def _neighbours(self, candidate: Candidate, record: MemoryRecord) -> list[MemoryRecord]:
+        """Active memories (stored, or made in this run) that this candidate may restate or contradict."""
+        store = self.service.store
+        k = self.settings.extraction_neighbours
+        vector = np.asarray(record.vector, dtype=np.float32)
+        ids: list[str] = [c.id for c in store.keyword_search(self.scope, record.keywords, self._filter(), k)]
+        if record.oov < self.settings.oov_full_share:
+            ids += [c.id for c in store.vector_search(self.scope, vector, self._filter(), k)]
+        if candidate.slot:
+            # Exact within the user's rows: every memory of the same slot, whatever its language.
+            ids += [c.id for c in store.vector_search(self.scope, vector, self._filter(slot=candidate.slot), 50)]
+        for old in candidate.replaces:
+            ids += [c.id for c in store.keyword_search(self.scope, keyword_text(old), self._filter(), k)]
+        for named in (candidate.restates, candidate.contradicts):
+            if named:
+                ids.append(named)
+        wanted = [i for i in dict.fromkeys(ids) if i not in self.new and i not in self.changed]
+        found = store.get_memories(self.scope, wanted, with_vectors=True) if wanted else []
+        pool = [r for r in found if r.status == "active"] + list(self.changed.values()) + list(self.new.values())
+        return [r for r in pool if r.id not in self.retired and r.id != record.id]
+
+    # -- deciding ----------------------------------------------------------------------------------
+
+    def _contradicted(self, candidate: Candidate, record: MemoryRecord, other: MemoryRecord) -> bool:
+        if candidate.contradicts and candidate.contradicts == other.id:
+            return True
+        if candidate.slot and _meta(other, "slot") == candidate.slot:
+            return _meta(other, "value") is not None and candidate.value is not None and (
+                normalised(str(_meta(other, "value"))) != normalised(candidate.value)
+            )
+        if candidate.replaces:
+            asserted = _asserted_text(other)
+            new_value = normalised(candidate.value) if candidate.value else None
+            for old in candidate.replaces:
+                old_n = normalised(clean_value(old))
+                if old_n and old_n in asserted and not (new_value and new_value in asserted):
+                    return True
+        return False
+
+    def _closeness(self, record: MemoryRecord, other: MemoryRecord) -> float:
+        """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
+        if normalised(record.content) == normalised(other.content):
+            return 1.0
+        score = lexical_similarity(record.content, other.content) / self.settings.extraction_reinforce_lexical
+        full = self.settings.oov_full_share
+        if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
+            cosine = float(np.dot(np.asarray(record.vector), np.asarray(other.vector)))
+            score = max(score, cosine / self.settings.extraction_reinforce_cosine)
+        return score
+
+    def _restated(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
+        if candidate.restates:
+            for other in pool:
+                if other.id == candidate.restates:
+                    return other
+        best, best_score = None, 1.0  # scores are relative to the thresholds: 1.0 means "at threshold"
+        for other in pool:
+            if other.memory_type != record.memory_type and not candidate.restates:
+                continue
+            score = self._closeness(record, other)
+            if candidate.slot and _meta(other, "slot") == candidate.slot and candidate.value and _meta(other, "value"):
+                if normalised(str(_meta(other, "value"))) == normalised(candidate.value):
+                    score = max(score, 1.0)
+            if score >= best_score:
+                best, best_score = other, score
+        return best
+
+    def _decide(self, candidate: Candidate, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
+        pool = self._neighbours(candidate, record)
+        contradicted = [o for o in pool if self._contradicted(candidate, record, o)]
+        if stored_self is not None:
+            # Extracted before from the same messages: nothing to add; finish any supersede left undone.
+            self.result.unchanged += 1
+            holder = stored_self
+        else:
+            others = [o for o in pool if o not in contradicted]
+            target = self._restated(candidate, record, others)
+            if target is not None:
+                self._reinforce(target, record)
+                holder = self.changed.get(target.id) or self.new.get(target.id) or target
+            else:
+                self.new[record.id] = record
+                self.result.created.append(record.id)
+                holder = record
+        for old in contradicted:
+            if old.id != holder.id:
+                self._supersede(old, holder)
+
+    def _reinforce(self, target: MemoryRecord, record: MemoryRecord) -> None:
+        if set(record.source_ids) <= set(target.source_ids):
+            self.result.unchanged += 1
+            return
+        merged = merge_records(target, [record], self.now)
+        if target.id in self.new:
+            self.new[target.id] = merged
+        else:
+            self.originals.setdefault(target.id, target)
+            self.changed[target.id] = merged
+        self.result.reinforced.append(target.id)
+
+    def _supersede(self, old: MemoryRecord, by: MemoryRecord) -> None:
+        self.retired[old.id] = (old, by.id)
+        self.changed.pop(old.id, None)
+        self.result.superseded.append({"id": old.id, "superseded_by": by.id})
+
+    # -- applying ----------------------------------------------------------------------------------
+
+    def _event(self, memory: MemoryRecord, action: str, **payload: Any) -> MemoryEvent:
+        return MemoryEvent(
+            id=_ordered_id(), org_id=self.scope.org_id, user_id=memory.user_id, memory_id=memory.id,
+            action=action, actor=self.actor, created_at=self.now, **payload,  # type: ignore[arg-type]
+        )
+
+    def _apply(self) -> None:
+        """New memories first (one embed, one commit), then reinforcements, then supersessions.
+
+        A run killed in between leaves every fact findable; running it again finds the new
+        memories stored and completes what is missing.
+        """
+        service, scope = self.service, self.scope
+        if self.new:
+            service.write_records(scope.org_id, list(self.new.values()), actor=self.actor, on_conflict="skip")
+        events: list[MemoryEvent] = []
+        reinforced = [r for r in self.changed.values() if r.id not in self.retired]
+        if reinforced:
+            service.store.replace_memories(scope, reinforced)
+            for merged in reinforced:
+                before = self.originals[merged.id]
+                events.append(self._event(
+                    merged, "reinforced",
+                    before={"source_ids": list(before.source_ids), "importance": before.importance},
+                    after={"source_ids": list(merged.source_ids), "importance": merged.importance},
+                ))
+        if self.retired:
+            retired = []
+            for old, by_id in self.retired.values():
+                current = self.new.get(old.id) or self.changed.get(old.id) or old
+                row = superseded(current, by_id, self.now)
+                # The fact stopped holding when the newer statement was made, not when it was processed.
+                newer = self.new.get(by_id) or self.changed.get(by_id)
+                if newer is not None and newer.valid_from <= self.now:
+                    row.valid_to = max(newer.valid_from, current.valid_from)
+                retired.append(row)
+                events.append(self._event(
+                    current, "superseded", before={"status": "active", "content": current.content},
+                    after={"status": "superseded", "superseded_by": by_id},
+                ))
+            service.store.replace_memories(scope, retired)
+            service.access.discard(scope.org_id, [r.id for r in retired])
+        if events:
+            service.store.append_events(scope.org_id, events)

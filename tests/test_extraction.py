@@ -1,0 +1,160 @@
+"""Rules extraction and the reinforce / supersede decisions, on a real LanceDB and the bundled model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_memory.errors import InvalidInputError
+from agent_memory.extraction import extract_and_store
+from agent_memory.models import Scope
+from agent_memory.rules import RulesExtractor
+from agent_memory.service import MemoryService
+from tests.conftest import Clock
+
+U = Scope.user("acme", "u1")
+
+
+def _log(service: MemoryService, turns: list[tuple[str, str]], *, session: str = "s1", user: str = "u1",
+         prefix: str | None = None) -> list[Any]:
+    messages = [
+        {"role": role, "content": text, "message_id": f"{prefix or session}:m{i}"} for i, (role, text) in enumerate(turns, 1)
+    ]
+    records = service.message_records("acme", user, session, messages)
+    service.log_messages("acme", records)
+    return records
+
+
+def _active(service: MemoryService, user: str = "u1") -> list[str]:
+    return [r.content for r in service.list(Scope.user("acme", user), limit=100).records]
+
+
+def test_rules_find_facts_in_both_languages_and_skip_chit_chat(service: MemoryService) -> None:
+    records = _log(service, [
+        ("user", "Hi! I prefer tea over coffee."),
+        ("assistant", "Noted! What else?"),
+        ("user", "Never schedule meetings on Fridays."),
+        ("user", "今天天气不错，阳光挺好的。"),
+        ("user", "以后回答我的时候请用要点列表。"),
+        ("user", "我住在杭州，差不多五年了。"),
+        ("user", "Thanks, super helpful."),
+        ("user", "I'm flying to Lisbon on May 3 for a week."),
+        ("user", "Can you tell me a joke?"),
+    ])
+    found = {c.content: c for c in RulesExtractor().extract(records)}
+    assert set(found) == {
+        "I prefer tea over coffee.", "Never schedule meetings on Fridays.", "以后回答我的时候请用要点列表。",
+        "我住在杭州，差不多五年了。", "I'm flying to Lisbon on May 3 for a week.",
+    }
+    assert found["Never schedule meetings on Fridays."].memory_type == "procedural"
+    assert found["以后回答我的时候请用要点列表。"].memory_type == "procedural"
+    assert found["我住在杭州，差不多五年了。"].slot == "home" and found["我住在杭州，差不多五年了。"].value == "杭州"
+    assert found["I'm flying to Lisbon on May 3 for a week."].memory_type == "episodic"
+    assert found["I prefer tea over coffee."].source_ids == ["s1:m1"]
+
+
+def test_chit_chat_stores_nothing(service: MemoryService) -> None:
+    records = _log(service, [("user", "今天天气不错"), ("assistant", "是啊！"), ("user", "Hello again 👋"), ("user", "haha thanks!")])
+    result = extract_and_store(service, "acme", records, "rules", actor="test")
+    assert result.candidates == 0 and result.created == []
+    assert service.store.table("memories").count_rows() == 0
+    assert service.store.table("messages").count_rows() == 4  # the log keeps everything
+
+
+def test_restatement_reinforces_and_rerun_adds_nothing(service: MemoryService, clock: Clock) -> None:
+    first = _log(service, [("user", "I live in Denver.")], session="s1")
+    result = extract_and_store(service, "acme", first, "rules", actor="test")
+    assert len(result.created) == 1
+    memory_id = result.created[0]
+    clock.advance(days=3)
+    again = _log(service, [("user", "I live in Denver!")], session="s2")
+    result = extract_and_store(service, "acme", again, "rules", actor="test")
+    assert result.created == [] and result.reinforced == [memory_id]
+    memory = service.get(U, memory_id)
+    assert memory.source_ids == ["s1:m1", "s2:m1"]
+    assert [e.action for e in service.history(U, memory_id)] == ["created", "reinforced"]
+    # Running extraction over the same messages again changes nothing and records nothing.
+    events = service.store.table("events").count_rows()
+    for records in (first, again):
+        rerun = extract_and_store(service, "acme", records, "rules", actor="test")
+        assert rerun.created == [] and rerun.reinforced == [] and rerun.superseded == []
+    assert service.store.table("memories").count_rows() == 1
+    assert service.store.table("events").count_rows() == events
+
+
+@pytest.mark.parametrize(
+    "before, after, new_value",
+    [
+        ("I do all my coding in VS Code.", "Actually I switched from VS Code to Neovim last month.", "Neovim"),
+        ("我平时只喝美式咖啡，别的饮料都不太喝。", "我最近不喝美式咖啡了，改喝乌龙茶。", "乌龙茶"),
+        ("我住在杭州，差不多五年了。", "我住在成都。", "成都"),
+        ("My favourite food is sushi.", "My favourite food is ramen now.", "ramen"),
+        ("I love cilantro.", "I hate cilantro.", "hate"),
+        ("我最喜欢吃火锅，一周吃三次都不腻。", "最近吃火锅吃腻了，现在最爱麻辣烫。", "麻辣烫"),
+        ("Rule for you: never schedule meetings on Fridays.", "I switched from Fridays to Mondays for focus time.", "Mondays"),
+    ],
+)
+def test_contradiction_supersedes_and_keeps_history(
+    service: MemoryService, clock: Clock, before: str, after: str, new_value: str
+) -> None:
+    old = extract_and_store(service, "acme", _log(service, [("user", before)], session="s1"), "rules", actor="test")
+    assert len(old.created) == 1
+    clock.advance(days=30)
+    new = extract_and_store(service, "acme", _log(service, [("user", after)], session="s2"), "rules", actor="test")
+    assert len(new.created) == 1
+    assert new.superseded == [{"id": old.created[0], "superseded_by": new.created[0]}]
+    active = _active(service)
+    assert active == [after]
+    retired = service.get(U, old.created[0])
+    assert retired.status == "superseded" and retired.superseded_by == new.created[0]
+    assert retired.valid_to is not None and retired.content == before
+    assert [e.action for e in service.history(U, old.created[0])] == ["created", "superseded"]
+    hits = service.recall("acme", {"user_id": "u1", "query": after, "top_k": 5}).memories
+    assert [h.id for h in hits] == new.created
+    assert new_value in hits[0].content
+
+
+def test_contradiction_within_one_conversation_keeps_the_later_fact(service: MemoryService) -> None:
+    records = _log(service, [("user", "My favourite drink is green tea."), ("user", "No wait, my favourite drink is cold brew.")])
+    result = extract_and_store(service, "acme", records, "rules", actor="test")
+    assert len(result.created) == 2 and len(result.superseded) == 1
+    assert _active(service) == ["No wait, my favourite drink is cold brew."]
+    assert service.store.table("memories").count_rows() == 2  # the older statement stays in history
+
+
+def test_unrelated_facts_do_not_interfere(service: MemoryService) -> None:
+    extract_and_store(service, "acme", _log(service, [("user", "I live in Denver."), ("user", "我家养了一只猫。")],
+                                            user="u2"), "rules", actor="test")
+    result = extract_and_store(service, "acme", _log(service, [("user", "I have a dog called Max."),
+                                                               ("user", "Never call me before 9am.")], session="s2"),
+                               "rules", actor="test")
+    assert len(result.created) == 2 and result.superseded == [] and result.reinforced == []
+    assert len(_active(service, "u2")) == 2  # another user's home is not this user's
+
+
+def test_raw_mode_stores_every_turn_once(service: MemoryService) -> None:
+    records = _log(service, [("user", "hello"), ("assistant", "hi, how can I help?")])
+    result = extract_and_store(service, "acme", records, "raw", actor="test")
+    assert len(result.created) == 2
+    assert extract_and_store(service, "acme", records, "raw", actor="test").created == []
+    assert service.store.table("memories").count_rows() == 2
+
+
+def test_bad_mode_and_missing_llm_are_typed_errors(service: MemoryService) -> None:
+    records = _log(service, [("user", "I prefer tea.")])
+    with pytest.raises(InvalidInputError, match="mode"):
+        extract_and_store(service, "acme", records, "magic", actor="test")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="AGENT_MEMORY_LLM_BASE_URL"):
+        extract_and_store(service, "acme", records, "llm", actor="test")
+    with pytest.raises(InvalidInputError, match="org"):
+        extract_and_store(service, "globex", records, "rules", actor="test")
+    assert service.store.table("memories").count_rows() == 0
+
+
+def test_low_confidence_candidates_are_not_stored(make_service: Any, clock: Clock) -> None:
+    service = make_service(clock=clock, extraction_min_confidence=0.95)
+    records = _log(service, [("user", "I prefer tea over coffee.")])
+    result = extract_and_store(service, "acme", records, "rules", actor="test")
+    assert result.below_confidence == 1 and result.created == []
+    assert service.store.table("memories").count_rows() == 0

@@ -387,3 +387,43 @@ def consolidate_user(
     report.update(apply_plan(service, plan, now, summarize) if not plan.empty else
                   {"clusters": 0, "merged": 0, "expired": 0, "decayed": 0, "purged": 0})
     return report
+
+
+SUMMARY_PROMPT = (
+    "These notes about one user all state the same fact. Write that fact once, as one short "
+    "sentence in the language of the notes, keeping every specific detail they agree on. "
+    "Answer with the sentence only."
+)
+
+
+class OpenAISummarizer:
+    """Writes one canonical sentence for a cluster with an OpenAI-compatible chat model."""
+
+    def __init__(self, settings: Settings) -> None:
+        import openai
+
+        self._client = openai.OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key or "none",
+                                     max_retries=2, timeout=60)
+        self._model = settings.llm_model or ""
+
+    def __call__(self, texts: Sequence[str]) -> str:
+        """The summary, or the first text when the model answers nothing usable."""
+        import openai
+
+        from agent_memory.errors import UnavailableError
+
+        notes = "\n".join(f"- {t}" for t in texts)
+        try:
+            response = self._client.chat.completions.create(
+                model=self._model, temperature=0,
+                messages=[{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": notes}],
+            )
+        except openai.OpenAIError as exc:
+            raise UnavailableError(f"the LLM endpoint failed: {exc}") from exc
+        answer = (response.choices[0].message.content or "").strip() if response.choices else ""
+        return answer.splitlines()[0].strip() if answer else texts[0]
+
+
+def build_summarizer(settings: Settings) -> Summarize | None:
+    """An LLM summarizer when an LLM is configured, else None (the best representative is kept)."""
+    return OpenAISummarizer(settings) if settings.llm_configured else None

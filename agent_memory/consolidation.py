@@ -5,11 +5,14 @@ Pure planning (`plan_user`) is separate from applying (`apply_plan`), so a dry r
 what a real run would do, and tests check plans without a store. Jobs (`jobs/consolidate.py`) run
 this per user; nothing here imports Ray or LanceDB.
 
-Clustering is complete linkage over a "may merge" graph: two memories are linked when they are
-exact duplicates, or when their cosine similarity reaches `consolidation_similarity`, their
-polarity agrees (embedding models score "I like X" and "I don't like X" as near-identical), and,
-where the model cannot read either text (Chinese with the bundled English model embeds every
-sentence alike), their lexical similarity reaches `consolidation_lexical_similarity` too. Complete
+Clustering is complete linkage over a "may merge" graph. Two memories are linked when they are
+exact duplicates, or when their polarity agrees (embedding models score "I like X" and "I don't
+like X" as near-identical), neither adds a content word the other lacks (a person or a thing:
+"the user's wife likes tea", "我同事喜欢喝咖啡"; adverbs and particles do not count), and either
+their cosine similarity reaches `consolidation_similarity` or, where the model cannot read a text
+(Chinese with the bundled English model embeds every sentence alike, so cosine says nothing),
+they use the same content words and their lexical similarity reaches
+`consolidation_lexical_similarity`. Complete
 linkage merges two groups only when every pair across them is linked, so a chain of small steps
 ("likes tea" ~ "likes green tea" ~ "likes green tea and coffee" ~ ...) never fuses facts that are
 not restatements of each other, as single linkage (connected components) would. Linkage is
@@ -30,13 +33,14 @@ import numpy as np
 from agent_memory.ids import stable_id
 from agent_memory.models import MemoryEvent, MemoryRecord, Scope
 from agent_memory.settings import Settings
-from agent_memory.text import normalize, terms
+from agent_memory.text import ENGLISH_STOPWORDS, normalize, terms
 
 ACTOR = "consolidation"
 Summarize = Callable[[Sequence[str]], str]
 
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 _NEGATION_WORDS = frozenset(
     """not no never nobody nothing none neither nor cannot without hate hates hated dislike dislikes
     disliked avoid avoids stopped""".split()
@@ -66,6 +70,51 @@ def lexical_agreement(a: str, b: str) -> float:
     if not ta or not tb:
         return 0.0
     return 2 * len(ta & tb) / (len(ta) + len(tb))
+
+
+# Words that shade a statement without changing what it is about: adverbs of degree, time and
+# frequency, and particles. A restatement may add or drop these; adding any other word changes
+# whose fact it is ("the user's wife likes tea", "我同事喜欢喝咖啡") or which thing it names.
+_FUNCTION_WORDS_EN = frozenset(
+    """now currently still also always often usually generally typically mostly mainly really quite very
+    truly actually definitely certainly especially particularly lately nowadays these days much""".split()
+)
+_FUNCTION_WORDS_CJK = ("平常", "平时", "一般", "主要", "目前", "现在", "比较", "有点", "真的", "非常", "特别",
+                       "总是", "经常", "通常", "一直", "很", "也", "都", "还", "就", "的", "了", "着", "吧", "呢", "啊")
+
+
+def _stem(word: str) -> str:
+    """A crude English stem (likes/liked/liking -> like), enough to compare word sets."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def without_function_words(text: str) -> str:
+    """The text, normalised, with possessive 's and the function words of both languages taken out."""
+    lowered = normalize(text).replace("’", "'").replace("'s ", " ")
+    for word in _FUNCTION_WORDS_CJK:
+        lowered = lowered.replace(word, " ")
+    return " ".join(w for w in lowered.split() if w not in _FUNCTION_WORDS_EN)
+
+
+def content_terms(text: str) -> set[str]:
+    """The words and CJK characters that say what a statement is about (function words removed)."""
+    lowered = without_function_words(text)
+    latin = _CJK_CHAR.sub(" ", lowered)
+    words = {_stem(w) for w in _WORD.findall(latin)
+             if w not in ENGLISH_STOPWORDS and w not in _FUNCTION_WORDS_EN and not w.endswith("ly")}
+    return words | set(_CJK_CHAR.findall(lowered))
+
+
+def adds_content(a: set[str], b: set[str]) -> bool:
+    """Whether one statement has more content terms the other lacks than the other way round.
+
+    A restatement may swap a word for a synonym ("named" for "called"): one for one. A statement
+    with a term more ("sister", "同事") is about something else, even where it also swaps a word.
+    """
+    return len(a - b) != len(b - a)
 
 
 def exact_key(text: str) -> str:
@@ -127,26 +176,45 @@ def _links(
         return links
     keys = [exact_key(r.index_text) for r in records]
     negated = [polarity(r.index_text) for r in records]
+    contents = [content_terms(r.index_text) for r in records]
+    # Word order and wording, compared on what is left without function words: an inserted adverb
+    # is not a disagreement, a reordered or rewritten clause is.
+    stripped = [without_function_words(r.index_text) for r in records]
     unreadable = [r.oov > settings.consolidation_oov_guard for r in records]
+    lexical_min = settings.consolidation_lexical_similarity
+
+    def agree(i: int, j: int) -> bool:
+        return negated[i] == negated[j] and not adds_content(contents[i], contents[j])
+
+    # Texts the model reads: cosine similarity, blocked 1,024 rows at a time.
+    readable = [i for i in range(n) if not unreadable[i]]
     threshold = settings.consolidation_similarity - 1e-6
-    block = 1024
-    for start in range(0, n, block):
-        sims = vectors[start : start + block] @ vectors.T
+    matrix = vectors[readable]
+    for start in range(0, len(readable), 1024):
+        sims = matrix[start : start + 1024] @ matrix.T
         rows, cols = np.nonzero(sims >= threshold)
-        for i_local, j in zip(rows.tolist(), cols.tolist(), strict=True):
-            i = start + i_local
-            if j <= i:
-                continue
-            if keys[i] != keys[j]:
-                if negated[i] != negated[j]:
+        for a_local, b in zip(rows.tolist(), cols.tolist(), strict=True):
+            i, j = readable[start + a_local], readable[b]
+            if j > i and (keys[i] == keys[j] or agree(i, j)):
+                links[i][j] = links[j][i] = 1.0 if keys[i] == keys[j] else float(sims[a_local, b])
+    # Texts it cannot read embed alike, so their cosine says nothing: there a restatement must use
+    # the same content words (only function words and order may differ) and agree lexically.
+    # Equal content sets are found by hashing, so this costs no pairwise pass.
+    buckets: dict[frozenset[str], list[int]] = {}
+    for i in range(n):
+        if contents[i]:
+            buckets.setdefault(frozenset(contents[i]), []).append(i)
+    for same in buckets.values():
+        if len(same) < 2 or not any(unreadable[i] for i in same):
+            continue
+        for x, i in enumerate(same):
+            for j in same[x + 1 :]:
+                if not (unreadable[i] or unreadable[j]) or not agree(i, j):
                     continue
-                if (unreadable[i] or unreadable[j]) and lexical_agreement(
-                    records[i].index_text, records[j].index_text
-                ) < settings.consolidation_lexical_similarity:
-                    continue
-            similarity = 1.0 if keys[i] == keys[j] else float(sims[i_local, j])
-            links[i][j] = links[j][i] = similarity
-    # Exact duplicates whose stored vectors differ (written by another model run) still link.
+                similarity = lexical_agreement(stripped[i], stripped[j])
+                if similarity >= lexical_min:
+                    links[i][j] = links[j][i] = similarity
+    # Exact duplicates link whatever their vectors.
     by_key: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         if key:

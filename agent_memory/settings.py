@@ -72,8 +72,9 @@ class Settings(BaseSettings):
     # Consolidation (see agent_memory/consolidation.py and jobs/consolidate.py)
     # Cosine similarity at or above which two memories the model can read are restatements.
     consolidation_similarity: float = Field(default=0.85, gt=0, le=1)
-    # Where the model cannot read a text (its [UNK] share is above `consolidation_oov_guard`),
-    # the lexical similarity must also reach this before anything merges.
+    # Where the model cannot read a text (its [UNK] share is above `consolidation_oov_guard`), two
+    # memories merge only with the same content words and a lexical similarity (Dice over words,
+    # CJK characters and bigrams, function words aside) of at least this.
     consolidation_lexical_similarity: float = Field(default=0.8, gt=0, le=1)
     consolidation_oov_guard: float = Field(default=0.1, ge=0, le=1)
     # A memory neither recalled nor changed for this long loses importance, once per period.

@@ -89,7 +89,8 @@ def _on_ray(owners: list[tuple[str, str]], settings: Settings, now: datetime, dr
     ds = ds.map_batches(
         ConsolidateUsers,
         fn_constructor_kwargs={"settings": settings, "now": now, "dry_run": dry_run},
-        batch_size=16, compute=ActorPoolStrategy(size=workers), num_cpus=1,
+        # Scales down to one actor where a scheduler task or Serve replicas hold the other CPUs.
+        batch_size=16, compute=ActorPoolStrategy(min_size=1, max_size=workers), num_cpus=1,
     )
     for row in ds.iter_rows():
         yield json.loads(row["report"])
@@ -140,6 +141,11 @@ def run_consolidation(
         )
     report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
     shapes_before = store.stats(None)["tables"]
+    job = {"id": job_id(owner), "org_id": report_org(org_id), "user_id": user_id, "kind": "consolidation",
+           "state": "running", "progress": 0.0, "created_at": now, "updated_at": utcnow(), "error": None,
+           "report": {"users": len(owners)}}
+    if not dry_run:
+        store.put_job(job["org_id"], job)
     try:
         ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
         stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
@@ -152,6 +158,11 @@ def run_consolidation(
             report["tables"] = optimized
         else:
             report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
+    except Exception as exc:
+        if not dry_run:
+            store.put_job(job["org_id"], {**job, "state": "failed", "updated_at": utcnow(),
+                                          "error": f"{type(exc).__name__}: {exc}"})
+        raise
     finally:
         if not dry_run:
             store.release_lease(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))
@@ -160,12 +171,15 @@ def run_consolidation(
     report["versions"] = {"before": memories["before"]["versions"], "after": memories.get("after", {}).get("versions")}
     report["duration_s"] = round(time.perf_counter() - started, 3)
     if not dry_run:
-        store.put_job(report_org(org_id), {
-            "id": f"consolidation-{owner}", "org_id": report_org(org_id), "user_id": user_id,
-            "kind": "consolidation", "state": "failed" if report["errors"] else "succeeded", "progress": 1.0,
-            "created_at": now, "updated_at": utcnow(), "error": None, "report": _job_summary(report),
-        })
+        # Users that failed are retried by the next run; the job says which.
+        store.put_job(job["org_id"], {**job, "state": "failed" if report["errors"] else "succeeded",
+                                      "progress": 1.0, "updated_at": utcnow(), "report": _job_summary(report)})
     return report
+
+
+def job_id(run_id: str) -> str:
+    """The `jobs` row id of a run (what `GET /v1/jobs/{id}` takes)."""
+    return f"consolidation-{run_id}"
 
 
 def report_org(org_id: str | None) -> str:

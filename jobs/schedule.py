@@ -8,7 +8,9 @@ scheduler and a cron job) submitting at once end with one run and one `consolida
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 
@@ -60,23 +62,35 @@ class ConsolidationSchedule:
         return handle
 
 
-def submit_consolidation(settings: Settings) -> Any:
-    """Start a consolidation run on the Ray cluster this process is connected to; return its ObjectRef.
+@dataclass(frozen=True)
+class SubmittedRun:
+    """A consolidation run started on the cluster: its id (its job row is `consolidation-<run_id>`) and result."""
 
-    The run's report (or its ConflictError when another run holds the lease) is the ref's value.
+    run_id: str
+    result: Any  # ray.ObjectRef of the report dict, or of {"skipped": ..., "code": ...}
+
+
+def submit_consolidation(
+    settings: Settings, *, org_id: str | None = None, user_id: str | None = None, dry_run: bool = False
+) -> SubmittedRun:
+    """Start a consolidation run as a task on the Ray cluster this process is connected to.
+
+    The task drives the Ray Data job; the run's report is the value of `result`, or
+    `{"skipped": ..., "code": "consolidation_running"}` when another run holds the lease.
     """
     import ray
 
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    remote = ray.remote(num_cpus=0.25, max_retries=0)(_run_and_report)
+    ref = remote.remote(settings, {"org_id": org_id, "user_id": user_id, "dry_run": dry_run, "owner": run_id})
+    return SubmittedRun(run_id, ref)
+
+
+def _run_and_report(settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    from agent_memory.errors import ConflictError
     from jobs.consolidate import run_consolidation
 
-    remote = ray.remote(num_cpus=0.25, max_retries=0)(_run_and_report)
-    return remote.remote(settings, run_consolidation)
-
-
-def _run_and_report(settings: Settings, run: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-    from agent_memory.errors import ConflictError
-
     try:
-        return run(settings, use_ray=True)
+        return run_consolidation(settings, use_ray=True, **options)
     except ConflictError as exc:
         return {"skipped": exc.message, "code": exc.code}

@@ -14,7 +14,9 @@ import pytest
 
 from agent_memory.cli import main
 from agent_memory.consolidation import (
+    adds_content,
     apply_plan,
+    content_terms,
     lexical_agreement,
     plan_user,
     polarity,
@@ -23,8 +25,8 @@ from agent_memory.errors import ConflictError
 from agent_memory.merge import merge_records
 from agent_memory.models import MemoryRecord, Scope
 from agent_memory.service import MemoryService
-from jobs.consolidate import LEASE, run_consolidation
-from jobs.schedule import ConsolidationSchedule
+from jobs.consolidate import LEASE, job_id, run_consolidation
+from jobs.schedule import ConsolidationSchedule, submit_consolidation
 from tests.conftest import Clock
 
 U = Scope.user("acme", "alice")
@@ -37,7 +39,8 @@ CLUSTERS = {
 }
 # Each shares words (or, for Chinese, characters) with a cluster but says something else.
 LOOKALIKES = ["I like Python", "my colleague hates Python", "I don't use Python for backend work",
-              "My cat is called Max", "我同事不喜欢喝咖啡", "我喜欢喝茶", "用户住在北京海淀"]
+              "My cat is called Max", "My sister's dog is called Max", "The user's intern uses Python for backend work",
+              "我同事不喜欢喝咖啡", "我同事喜欢喝咖啡", "我喜欢喝茶", "用户住在北京海淀", "用户父母住在上海浦东"]
 
 
 def _plant(service: MemoryService, user: str = "alice", org: str = "acme") -> dict[str, str]:
@@ -59,6 +62,12 @@ def _run(service: MemoryService, clock: Clock, **kwargs: Any) -> dict[str, Any]:
 def test_polarity_and_lexical_agreement() -> None:
     assert polarity("I don't like Python") and polarity("my colleague hates Python") and polarity("我同事不喜欢喝咖啡")
     assert not polarity("I like Python") and not polarity("我喜欢喝咖啡")
+    # Adding a person or a thing changes whose fact it is; adding an adverb does not.
+    base, sister, often = (content_terms(t) for t in ("My dog is called Max", "My sister's dog is called Max",
+                                                       "My dog is really called Max"))
+    assert adds_content(base, sister) and not adds_content(base, often)
+    assert content_terms("我现在住在上海浦东") == content_terms("我目前住在上海浦东")
+    assert adds_content(content_terms("我住在上海浦东"), content_terms("我父母住在上海浦东"))
     # An inserted adverb costs less than a changed object, even in a six-character sentence.
     assert lexical_agreement("我喜欢喝咖啡", "我很喜欢喝咖啡") > 0.8 > lexical_agreement("我喜欢喝咖啡", "我喜欢喝茶")
 
@@ -252,15 +261,18 @@ def test_dry_run_shows_clusters_and_changes_nothing(service: MemoryService, cloc
     assert {i: r.model_dump() for i, r in _all(service).items()} == before
 
 
-def test_ray_data_job(service: MemoryService, clock: Clock, ray_session: None) -> None:
+def test_ray_data_job_submitted_to_the_cluster(service: MemoryService, clock: Clock, ray_session: None) -> None:
+    import ray
+
     ids = _plant(service)
     service.add_many("acme", [{"user_id": "bob", "content": t} for t in CLUSTERS["dog"]])
-    report = _run(service, clock, use_ray=True)
-    assert report["engine"] == "ray-data" and report["users"] == 2
+    run = submit_consolidation(service.settings)  # what the Serve app's scheduler calls
+    report = ray.get(run.result, timeout=300)
+    assert report["run_id"] == run.run_id and report["engine"] == "ray-data" and report["users"] == 2
     assert report["clusters"] == 5 and report["memories_merged"] == 7 and report["errors"] == []
     assert report["fragments"]["after"] <= report["fragments"]["before"]
     assert _all(service)[ids["I like Python"]].status == "active"
-    job = service.store.get_job("__system__", f"consolidation-{report['run_id']}")
+    job = service.store.get_job("__system__", job_id(run.run_id))
     assert job is not None and job["state"] == "succeeded" and job["report"]["clusters"] == 5
 
 

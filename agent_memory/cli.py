@@ -234,6 +234,16 @@ def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if state == "succeeded" else 1
 
 
+def cmd_consolidate(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.consolidate import run_consolidation
+
+    use_ray = {"auto": None, "ray": True, "local": False}[args.engine]
+    report = run_consolidation(settings, org_id=args.org_id, user_id=args.user_id, dry_run=args.dry_run,
+                               use_ray=use_ray, address=args.address)
+    _print_json(report)
+    return 1 if report["errors"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
@@ -282,6 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet"])
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
     p.set_defaults(func=cmd_import)
+
+    p = data_command("consolidate", "merge restatements, expire, decay and purge; then compact (all users)")
+    p.add_argument("--user-id", default=None, help="only this user (of --org-id, default: default)")
+    p.add_argument("--dry-run", action="store_true", help="print the clusters it would merge; change nothing")
+    p.add_argument("--engine", default="auto", choices=["auto", "ray", "local"],
+                   help="Ray Data job, or in-process (auto: Ray above a few users)")
+    p.set_defaults(func=cmd_consolidate, org_id=None)
 
     p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
     p.add_argument("--history", default=None)

@@ -387,33 +387,57 @@ class MemoryService:
         between leaves every fact findable, and a re-run finds the sources and finishes the job.
         `canonical` must carry its vector when it is new.
         """
+        return self.merge_many(scope, [(canonical, others)], action=action, actor=actor)[0]
+
+    def merge_many(
+        self,
+        scope: Scope,
+        groups: Sequence[tuple[MemoryRecord, Sequence[MemoryRecord]]],
+        *,
+        action: Literal["reinforced", "merged"] = "merged",
+        actor: str = "system",
+    ) -> list[MemoryRecord]:
+        """`merge` for many disjoint (canonical, others) groups of one scope in a few commits.
+
+        Same order as `merge`: every merged memory is written (one commit for the existing, one for
+        the new) before any source is superseded (one commit), then the events (one commit).
+        """
+        if not groups:
+            return []
         now = self.clock()
-        others = [o for o in others if o.id != canonical.id]
-        merged = merge_records(canonical, others, now)
-        before = {"source_ids": list(canonical.source_ids), "importance": canonical.importance,
-                  "access_count": canonical.access_count}
-        if self.store.get_memories(scope, [canonical.id]):
-            if not self.store.replace_memories(scope, [merged]):
-                raise NotFoundError(f"memory {canonical.id} not found")
-        else:
-            if merged.vector is None:
-                self.embed_records([merged])
-            self.store.insert_memories(scope.org_id, [merged])
-            before = None
-        retired = [superseded(o, merged.id, now) for o in others]
+        plans = []
+        for canonical, others in groups:
+            others = [o for o in others if o.id != canonical.id]
+            plans.append((canonical, others, merge_records(canonical, others, now)))
+        stored = {r.id for r in self.store.get_memories(scope, [c.id for c, _, _ in plans])}
+        existing = [m for c, _, m in plans if c.id in stored]
+        fresh = [m for c, _, m in plans if c.id not in stored]
+        if existing and self.store.replace_memories(scope, existing) != len(existing):
+            raise NotFoundError("a memory to merge into was deleted meanwhile")
+        if fresh:
+            self.embed_records([m for m in fresh if m.vector is None])
+            self.store.insert_memories(scope.org_id, fresh)
+        retired = [superseded(o, merged.id, now) for _, others, merged in plans for o in others]
         self.store.replace_memories(scope, retired)
-        self.access.discard(scope.org_id, [o.id for o in others])
-        after = {"source_ids": merged.source_ids, "importance": merged.importance,
-                 "access_count": merged.access_count, "absorbed": [o.id for o in others]}
-        events = [self._event(merged, action, actor, before=before, after=after)]
-        events += [
-            self._event(o, "superseded", actor, before={"status": "active"},
-                        after={"status": "superseded", "superseded_by": merged.id})
-            for o in others
-        ]
+        self.access.discard(scope.org_id, [r.id for r in retired])
+        events: list[MemoryEvent] = []
+        for canonical, others, merged in plans:
+            before = None
+            if canonical.id in stored:
+                before = {"source_ids": list(canonical.source_ids), "importance": canonical.importance,
+                          "access_count": canonical.access_count}
+            after = {"source_ids": merged.source_ids, "importance": merged.importance,
+                     "access_count": merged.access_count, "absorbed": [o.id for o in others]}
+            events.append(self._event(merged, action, actor, before=before, after=after))
+            events += [
+                self._event(o, "superseded", actor, before={"status": "active"},
+                            after={"status": "superseded", "superseded_by": merged.id})
+                for o in others
+            ]
         self.store.append_events(scope.org_id, events)
-        merged.vector = None
-        return merged
+        for _, _, merged in plans:
+            merged.vector = None
+        return [merged for _, _, merged in plans]
 
     def supersede(self, scope: Scope, old: MemoryRecord, new_id: str, *, actor: str = "system") -> None:
         """Retire `old` in favour of the memory `new_id` (a contradiction: the newer fact wins)."""

@@ -106,12 +106,45 @@ class Settings(BaseSettings):
     access_flush_seconds: float = Field(default=30.0, gt=0)
     access_flush_rows: int = Field(default=5_000, ge=1)
 
+    # Consolidation (see agent_memory/consolidation.py and jobs/consolidate.py)
+    # Cosine similarity at or above which two memories the model can read are restatements.
+    consolidation_similarity: float = Field(default=0.85, gt=0, le=1)
+    # Where the model cannot read a text (its [UNK] share is above `consolidation_oov_guard`), two
+    # memories merge only with the same content words and a lexical similarity (Dice over words,
+    # CJK characters and bigrams, function words aside) of at least this.
+    consolidation_lexical_similarity: float = Field(default=0.8, gt=0, le=1)
+    consolidation_oov_guard: float = Field(default=0.1, ge=0, le=1)
+    # A memory neither recalled nor changed for this long loses importance, once per period.
+    consolidation_decay_after_days: float = Field(default=90.0, gt=0)
+    consolidation_decay_period_days: float = Field(default=30.0, gt=0)
+    consolidation_decay_factor: float = Field(default=0.9, gt=0, lt=1)
+    consolidation_decay_floor: float = Field(default=0.05, ge=0, le=1)
+    # Superseded and expired memories are deleted this long after they left recall.
+    consolidation_retention_days: float = Field(default=30.0, ge=0)
+    # Old table versions kept after compaction (readers of an older snapshot keep working).
+    consolidation_keep_versions_hours: float = Field(default=1.0, ge=0)
+    # The run lease expires this long after its last renewal, so a killed run never blocks the next.
+    consolidation_lease_seconds: float = Field(default=900.0, gt=0)
+    consolidation_workers: int = Field(default=2, ge=1, le=256)
+    # Scheduling inside the Serve app: off with one setting; an interval wins over the daily time.
+    consolidation_schedule_enabled: bool = True
+    consolidation_interval_minutes: float | None = Field(default=None, gt=0)
+    consolidation_daily_at: str = "03:00"
+
     @field_validator("storage_uri")
     @classmethod
     def _storage_uri_not_empty(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("storage_uri must not be empty")
         return value
+
+    @field_validator("consolidation_daily_at")
+    @classmethod
+    def _daily_time(cls, value: str) -> str:
+        hour, _, minute = value.partition(":")
+        if not (hour.isdigit() and minute.isdigit() and 0 <= int(hour) < 24 and 0 <= int(minute) < 60):
+            raise ValueError("consolidation_daily_at must be a UTC time HH:MM, e.g. 03:00")
+        return f"{int(hour):02d}:{int(minute):02d}"
 
     @property
     def llm_configured(self) -> bool:

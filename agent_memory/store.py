@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import numpy as np
@@ -136,4 +136,28 @@ class MemoryStore(Protocol):
 
     def optimize(self) -> dict[str, Any]:
         """Compact fragments, refresh indexes, and clean versions older than the retention window."""
+        ...
+
+    def memory_owners(self, org_id: str | None = None) -> list[tuple[str, str]]:
+        """Every (org, user) holding memories, within one org or across all (maintenance jobs only)."""
+        ...
+
+    def user_memories(self, scope: Scope) -> tuple[list[MemoryRecord], np.ndarray]:
+        """Every memory of the scope, any status, without vectors, and their vectors as one matrix."""
+        ...
+
+    def acquire_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
+        """Take the named lease if free, expired or ours (a conditional write); True if held now."""
+        ...
+
+    def renew_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
+        """Extend our lease; False if it was lost (expired and taken)."""
+        ...
+
+    def release_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> None:
+        """Give our lease back."""
+        ...
+
+    def lease_holder(self, name: str, now: datetime) -> dict[str, Any] | None:
+        """The owner and expiry of the named lease, or None when free."""
         ...

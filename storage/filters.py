@@ -53,15 +53,37 @@ def metadata_term(key: str, value: Any) -> str:
 class Where:
     """A conjunction of conditions, rendered to one filter string."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: str | None = None) -> None:
+        # `table` qualifies every column (`target.state`), for the conditions of a merge_insert.
+        if table is not None and table not in ("target", "source"):
+            raise ValueError(f"not a merge table alias: {table!r}")
+        self._prefix = f"{table}." if table else ""
         self._parts: list[str] = []
+
+    def _col(self, name: str) -> str:
+        return self._prefix + column(name)
 
     def eq(self, name: str, value: Any) -> Where:
         """`name = value` (or `IS NULL` for None)."""
         if value is None:
-            self._parts.append(f"{column(name)} IS NULL")
+            self._parts.append(f"{self._col(name)} IS NULL")
         else:
-            self._parts.append(f"{column(name)} = {literal(value)}")
+            self._parts.append(f"{self._col(name)} = {literal(value)}")
+        return self
+
+    def ne(self, name: str, value: Any) -> Where:
+        """`name <> value` (or `IS NOT NULL` for None)."""
+        if value is None:
+            self._parts.append(f"{self._col(name)} IS NOT NULL")
+        else:
+            self._parts.append(f"{self._col(name)} <> {literal(value)}")
+        return self
+
+    def any_of(self, *alternatives: Where) -> Where:
+        """At least one of the alternatives holds (each itself a conjunction)."""
+        if not alternatives:
+            raise ValueError("any_of needs at least one alternative")
+        self._parts.append(" OR ".join(f"({a.render()})" for a in alternatives))
         return self
 
     def isin(self, name: str, values: Iterable[Any]) -> Where:
@@ -70,28 +92,28 @@ class Where:
         if not values:
             self._parts.append("FALSE")
         else:
-            self._parts.append(f"{column(name)} IN ({', '.join(literal(v) for v in values)})")
+            self._parts.append(f"{self._col(name)} IN ({', '.join(literal(v) for v in values)})")
         return self
 
     def ge(self, name: str, value: Any) -> Where:
         """`name >= value`."""
-        self._parts.append(f"{column(name)} >= {literal(value)}")
+        self._parts.append(f"{self._col(name)} >= {literal(value)}")
         return self
 
     def lt(self, name: str, value: Any) -> Where:
         """`name < value`."""
-        self._parts.append(f"{column(name)} < {literal(value)}")
+        self._parts.append(f"{self._col(name)} < {literal(value)}")
         return self
 
     def null_or_gt(self, name: str, value: Any) -> Where:
         """`name IS NULL OR name > value`: an optional deadline not yet passed."""
-        self._parts.append(f"({column(name)} IS NULL OR {column(name)} > {literal(value)})")
+        self._parts.append(f"({self._col(name)} IS NULL OR {self._col(name)} > {literal(value)})")
         return self
 
     def has_all(self, name: str, values: Sequence[str]) -> Where:
         """Every value is an element of the list column `name`."""
         if values:
-            self._parts.append(f"array_has_all({column(name)}, make_array({', '.join(literal(v) for v in values)}))")
+            self._parts.append(f"array_has_all({self._col(name)}, make_array({', '.join(literal(v) for v in values)}))")
         return self
 
     def scope(self, scope: Scope) -> Where:

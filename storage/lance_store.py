@@ -362,6 +362,92 @@ class LanceStore:
         rows = self._rows(sc.JOBS, Where().eq("org_id", org_id).eq("id", job_id))
         return sc.job_dict(rows[0]) if rows else None
 
+    # -- consolidation: walking users, and the run lease ---------------------------------------
+
+    def memory_owners(self, org_id: str | None = None) -> list[tuple[str, str]]:
+        """Every (org, user) that holds memories, sorted; within one org, or across all for maintenance."""
+        scan = self._tables[sc.MEMORIES].search()
+        if org_id is not None:
+            scan = scan.where(Where().eq("org_id", org_id).render())
+        rows = scan.select(["org_id", "user_id"]).limit(None).to_arrow()
+        distinct = rows.group_by(["org_id", "user_id"]).aggregate([])
+        return sorted(zip(distinct.column("org_id").to_pylist(), distinct.column("user_id").to_pylist(), strict=True))
+
+    def user_memories(self, scope: Scope) -> tuple[list[MemoryRecord], np.ndarray]:
+        """Every memory of the scope, any status, and their vectors as one (n, dim) matrix, same order."""
+        rows = self._tables[sc.MEMORIES].search().where(scoped(scope).render()).limit(None).to_arrow()
+        vectors = rows.column("vector").combine_chunks()
+        if len(rows):
+            flat = vectors.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+            matrix = flat.reshape(len(rows), self.embedding_dim)
+        else:
+            matrix = np.zeros((0, self.embedding_dim), dtype=np.float32)
+        records = [sc.memory_record(r) for r in rows.drop_columns(["vector"]).to_pylist()]
+        return records, matrix
+
+    def _lease_rows(self, lease_id: str) -> list[dict[str, Any]]:
+        where = Where().eq("org_id", sc.SYSTEM_ORG).eq("id", lease_id).render()
+        query = self._tables[sc.JOBS].search().where(where).with_row_id(True)
+        return query.limit(None).to_arrow().to_pylist()
+
+    def acquire_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
+        """Take the named lease if it is free, expired or already ours; True if we hold it now.
+
+        One conditional merge_insert on the lease row: Lance retries it on a concurrent update of
+        the row, re-checking the condition, so two runs cannot both take a held lease. Two runs
+        that both create the absent row add two rows; then the earlier commit (lower row id) wins
+        and the other removes its row.
+        """
+        lease_id = sc.lease_id(name)
+        token = sc.lease_token(owner, ttl)
+        row = {"id": lease_id, "org_id": sc.SYSTEM_ORG, "user_id": None, "kind": name, "state": "held",
+               "progress": 0.0, "created_at": now, "updated_at": now, "error": None, "report": token}
+        data = pa.Table.from_pylist([row], schema=sc.JOBS_SCHEMA)
+        takeover = Where().any_of(
+            Where("target").ne("state", "held"),
+            Where("target").lt("updated_at", now - ttl),
+            Where("target").eq("report", token),
+        ).render()
+        table = self._tables[sc.JOBS]
+        _retrying(
+            lambda: table.merge_insert("id").when_matched_update_all(where=takeover)
+            .when_not_matched_insert_all().execute(data),
+            "acquire lease",
+        )
+        rows = sorted(self._lease_rows(lease_id), key=lambda r: r["_rowid"])
+        if not rows:
+            return False
+        winner = rows[0]
+        if len(rows) > 1 and winner["report"] != token:
+            where = Where().eq("org_id", sc.SYSTEM_ORG).eq("id", lease_id).eq("report", token).render()
+            _retrying(lambda: table.delete(where), "drop lost lease row")
+        return winner["report"] == token and winner["state"] == "held"
+
+    def renew_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
+        """Push our lease's expiry forward; False if we no longer hold it."""
+        where = (Where().eq("org_id", sc.SYSTEM_ORG).eq("id", sc.lease_id(name))
+                 .eq("report", sc.lease_token(owner, ttl)).eq("state", "held").render())
+        table = self._tables[sc.JOBS]
+        result = _retrying(lambda: table.update(where=where, values_sql={"updated_at": literal(now)}), "renew lease")
+        return int(getattr(result, "rows_updated", 0) or 0) > 0
+
+    def release_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> None:
+        """Give our lease back (a lease held by another owner is left alone)."""
+        where = (Where().eq("org_id", sc.SYSTEM_ORG).eq("id", sc.lease_id(name))
+                 .eq("report", sc.lease_token(owner, ttl)).render())
+        values = {"state": literal("released"), "updated_at": literal(now)}
+        table = self._tables[sc.JOBS]
+        _retrying(lambda: table.update(where=where, values_sql=values), "release lease")
+
+    def lease_holder(self, name: str, now: datetime) -> dict[str, Any] | None:
+        """Who holds the named lease and until when, or None when it is free or expired."""
+        for row in sorted(self._lease_rows(sc.lease_id(name)), key=lambda r: r["_rowid"])[:1]:
+            token = json.loads(row["report"] or "{}")
+            expires = row["updated_at"] + timedelta(seconds=float(token.get("ttl_s", 0)))
+            if row["state"] == "held" and expires > now:
+                return {"owner": token.get("owner"), "since": row["created_at"], "expires_at": expires}
+        return None
+
     # -- erasure and maintenance ---------------------------------------------------------------
 
     def erase_user(self, org_id: str, user_id: str) -> dict[str, int]:

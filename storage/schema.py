@@ -15,6 +15,8 @@ MESSAGES = "messages"
 EVENTS = "events"
 JOBS = "jobs"
 TABLES = (MEMORIES, MESSAGES, EVENTS, JOBS)
+# The org of rows that belong to no tenant (run leases); no API key ever maps to it.
+SYSTEM_ORG = "__system__"
 
 MODEL_KEY = b"embedding_model"
 DIM_KEY = b"embedding_dim"
@@ -169,3 +171,14 @@ def job_dict(row: dict[str, Any]) -> dict[str, Any]:
     data = dict(row)
     data["report"] = json.loads(data.get("report") or "{}")
     return data
+
+
+def lease_id(name: str) -> str:
+    """The row id of a named lease in `jobs`."""
+    return f"lease:{name}"
+
+
+def lease_token(owner: str, ttl: Any) -> str:
+    """What a lease row stores as its report: owner and time to live, compared as one exact string."""
+    seconds = ttl.total_seconds() if hasattr(ttl, "total_seconds") else float(ttl)
+    return _dumps({"owner": owner, "ttl_s": seconds})

@@ -1,0 +1,497 @@
+"""Consolidation of one user's memories: cluster restatements, merge each cluster into one memory,
+expire what is past its date, decay what goes unused, purge what left recall long ago.
+
+Pure planning (`plan_user`) is separate from applying (`apply_plan`), so a dry run shows exactly
+what a real run would do, and tests check plans without a store. Jobs (`jobs/consolidate.py`) run
+this per user; nothing here imports Ray or LanceDB.
+
+Clustering is complete linkage over a "may merge" graph. Two memories are linked when they are
+exact duplicates, or when their polarity agrees (embedding models score "I like X" and "I don't
+like X" as near-identical), neither adds a content word the other lacks (a person or a thing:
+"the user's wife likes tea", "我同事喜欢喝咖啡"; adverbs and particles do not count), and either
+their cosine similarity reaches `consolidation_similarity` or, where the model cannot read a text
+(Chinese with the bundled English model embeds every sentence alike, so cosine says nothing),
+they use the same content words and their lexical similarity reaches
+`consolidation_lexical_similarity`. Complete
+linkage merges two groups only when every pair across them is linked, so a chain of small steps
+("likes tea" ~ "likes green tea" ~ "likes green tea and coffee" ~ ...) never fuses facts that are
+not restatements of each other, as single linkage (connected components) would. Linkage is
+repeated over the survivors until nothing more merges, so that a second run finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from agent_memory.ids import stable_id
+from agent_memory.models import MemoryEvent, MemoryRecord, Scope
+from agent_memory.settings import Settings
+from agent_memory.text import ENGLISH_STOPWORDS, normalize, terms
+
+ACTOR = "consolidation"
+Summarize = Callable[[Sequence[str]], str]
+
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+_NEGATION_WORDS = frozenset(
+    """not no never nobody nothing none neither nor cannot without hate hates hated dislike dislikes
+    disliked avoid avoids stopped""".split()
+)
+# Chinese negators and verbs of aversion: a one-character difference that reverses the meaning.
+_NEGATION_CJK = ("不", "没", "别", "未", "无", "非", "讨厌", "不再", "戒")
+
+
+def polarity(text: str) -> bool:
+    """Whether a text is negated or states an aversion (English words or Chinese negators)."""
+    lowered = normalize(text)
+    words = set(_NON_WORD.sub(" ", lowered.replace("’", "'")).split()) | set(lowered.split())
+    if words & _NEGATION_WORDS or any(w.endswith("n't") for w in words):
+        return True
+    return any(mark in lowered for mark in _NEGATION_CJK)
+
+
+def lexical_agreement(a: str, b: str) -> float:
+    """Dice overlap of word terms, CJK bigrams and CJK single characters, 0..1.
+
+    Single characters next to the bigrams of `agent_memory.text` make an inserted adverb
+    ("我很喜欢喝咖啡" for "我喜欢喝咖啡") cost less than a changed object ("我喜欢喝茶"), which
+    bigrams alone score the other way round on short sentences.
+    """
+    ta = set(terms(a)) | set(_CJK_CHAR.findall(normalize(a)))
+    tb = set(terms(b)) | set(_CJK_CHAR.findall(normalize(b)))
+    if not ta or not tb:
+        return 0.0
+    return 2 * len(ta & tb) / (len(ta) + len(tb))
+
+
+# Words that shade a statement without changing what it is about: adverbs of degree, time and
+# frequency, and particles. A restatement may add or drop these; adding any other word changes
+# whose fact it is ("the user's wife likes tea", "我同事喜欢喝咖啡") or which thing it names.
+_FUNCTION_WORDS_EN = frozenset(
+    """now currently still also always often usually generally typically mostly mainly really quite very
+    truly actually definitely certainly especially particularly lately nowadays these days much""".split()
+)
+_FUNCTION_WORDS_CJK = ("平常", "平时", "一般", "主要", "目前", "现在", "比较", "有点", "真的", "非常", "特别",
+                       "总是", "经常", "通常", "一直", "很", "也", "都", "还", "就", "的", "了", "着", "吧", "呢", "啊")
+
+
+def _stem(word: str) -> str:
+    """A crude English stem (likes/liked/liking -> like), enough to compare word sets."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def without_function_words(text: str) -> str:
+    """The text, normalised, with possessive 's and the function words of both languages taken out."""
+    lowered = normalize(text).replace("’", "'").replace("'s ", " ")
+    for word in _FUNCTION_WORDS_CJK:
+        lowered = lowered.replace(word, " ")
+    return " ".join(w for w in lowered.split() if w not in _FUNCTION_WORDS_EN)
+
+
+def content_terms(text: str) -> set[str]:
+    """The words and CJK characters that say what a statement is about (function words removed)."""
+    lowered = without_function_words(text)
+    latin = _CJK_CHAR.sub(" ", lowered)
+    words = {_stem(w) for w in _WORD.findall(latin)
+             if w not in ENGLISH_STOPWORDS and w not in _FUNCTION_WORDS_EN and not w.endswith("ly")}
+    return words | set(_CJK_CHAR.findall(lowered))
+
+
+def adds_content(a: set[str], b: set[str]) -> bool:
+    """Whether one statement has more content terms the other lacks than the other way round.
+
+    A restatement may swap a word for a synonym ("named" for "called"): one for one. A statement
+    with a term more ("sister", "同事") is about something else, even where it also swaps a word.
+    """
+    return len(a - b) != len(b - a)
+
+
+def exact_key(text: str) -> str:
+    """Text with case, width, punctuation and spacing folded: equal keys are exact duplicates."""
+    return _NON_WORD.sub(" ", normalize(text)).strip()
+
+
+@dataclass
+class Cluster:
+    """Memories that say the same thing, and the one that will stand for them."""
+
+    canonical: MemoryRecord
+    others: list[MemoryRecord]
+    min_similarity: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON a dry run prints."""
+        return {
+            "user_id": self.canonical.user_id,
+            "canonical": {"id": self.canonical.id, "content": self.canonical.content},
+            "merged": [{"id": o.id, "content": o.content} for o in self.others],
+            "min_similarity": round(self.min_similarity, 3),
+        }
+
+
+@dataclass
+class UserPlan:
+    """Everything one run would change for one user."""
+
+    scope: Scope
+    clusters: list[Cluster] = field(default_factory=list)
+    expire: list[MemoryRecord] = field(default_factory=list)
+    decay: list[tuple[MemoryRecord, float]] = field(default_factory=list)
+    purge: list[MemoryRecord] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """True when the run has nothing to do for this user."""
+        return not (self.clusters or self.expire or self.decay or self.purge)
+
+    def counts(self) -> dict[str, int]:
+        """How many clusters and memories each step touches."""
+        return {
+            "clusters": len(self.clusters), "merged": sum(len(c.others) for c in self.clusters),
+            "expired": len(self.expire), "decayed": len(self.decay), "purged": len(self.purge),
+        }
+
+
+# -- clustering ----------------------------------------------------------------------------------
+
+
+def _links(
+    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings
+) -> dict[int, dict[int, float]]:
+    """The may-merge graph of one partition: i -> {j: similarity}."""
+    n = len(records)
+    links: dict[int, dict[int, float]] = {i: {} for i in range(n)}
+    if n < 2:
+        return links
+    keys = [exact_key(r.index_text) for r in records]
+    negated = [polarity(r.index_text) for r in records]
+    contents = [content_terms(r.index_text) for r in records]
+    # Word order and wording, compared on what is left without function words: an inserted adverb
+    # is not a disagreement, a reordered or rewritten clause is.
+    stripped = [without_function_words(r.index_text) for r in records]
+    unreadable = [r.oov > settings.consolidation_oov_guard for r in records]
+    lexical_min = settings.consolidation_lexical_similarity
+
+    def agree(i: int, j: int) -> bool:
+        return negated[i] == negated[j] and not adds_content(contents[i], contents[j])
+
+    # Texts the model reads: cosine similarity, blocked 1,024 rows at a time.
+    readable = [i for i in range(n) if not unreadable[i]]
+    threshold = settings.consolidation_similarity - 1e-6
+    matrix = vectors[readable]
+    for start in range(0, len(readable), 1024):
+        sims = matrix[start : start + 1024] @ matrix.T
+        rows, cols = np.nonzero(sims >= threshold)
+        for a_local, b in zip(rows.tolist(), cols.tolist(), strict=True):
+            i, j = readable[start + a_local], readable[b]
+            if j > i and (keys[i] == keys[j] or agree(i, j)):
+                links[i][j] = links[j][i] = 1.0 if keys[i] == keys[j] else float(sims[a_local, b])
+    # Texts it cannot read embed alike, so their cosine says nothing: there a restatement must use
+    # the same content words (only function words and order may differ) and agree lexically.
+    # Equal content sets are found by hashing, so this costs no pairwise pass.
+    buckets: dict[frozenset[str], list[int]] = {}
+    for i in range(n):
+        if contents[i]:
+            buckets.setdefault(frozenset(contents[i]), []).append(i)
+    for same in buckets.values():
+        if len(same) < 2 or not any(unreadable[i] for i in same):
+            continue
+        for x, i in enumerate(same):
+            for j in same[x + 1 :]:
+                if not (unreadable[i] or unreadable[j]) or not agree(i, j):
+                    continue
+                similarity = lexical_agreement(stripped[i], stripped[j])
+                if similarity >= lexical_min:
+                    links[i][j] = links[j][i] = similarity
+    # Exact duplicates link whatever their vectors.
+    by_key: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if key:
+            by_key.setdefault(key, []).append(i)
+    for same in by_key.values():
+        for a in same:
+            for b in same:
+                if a != b:
+                    links[a][b] = 1.0
+    return links
+
+
+def _complete_linkage(nodes: list[int], links: dict[int, dict[int, float]]) -> list[list[int]]:
+    """Groups of `nodes` in which every pair is linked, joined strongest link first."""
+    group_of = {n: n for n in nodes}
+    members = {n: [n] for n in nodes}
+    present = set(nodes)
+    edges = sorted(
+        ((s, a, b) for a in nodes for b, s in links[a].items() if b in present and a < b),
+        key=lambda e: (-e[0], e[1], e[2]),
+    )
+    for _, a, b in edges:
+        ga, gb = group_of[a], group_of[b]
+        if ga == gb:
+            continue
+        if all(y in links[x] for x in members[ga] for y in members[gb]):
+            if len(members[gb]) > len(members[ga]):
+                ga, gb = gb, ga
+            for x in members[gb]:
+                group_of[x] = ga
+            members[ga].extend(members.pop(gb))
+    return [sorted(m) for m in members.values()]
+
+
+def canonical_order(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """Best representative first: importance, then recency, then specificity (distinct terms)."""
+    times = [r.created_at.timestamp() for r in records]
+    spans = max(times) - min(times)
+    specific = [len(set(terms(r.content))) for r in records]
+    most = max(specific) or 1
+
+    def score(i: int) -> tuple[float, str]:
+        recency = (times[i] - min(times)) / spans if spans else 0.0
+        return (0.5 * records[i].importance + 0.25 * recency + 0.25 * specific[i] / most, records[i].id)
+
+    order = sorted(range(len(records)), key=score, reverse=True)
+    return [records[i] for i in order]
+
+
+def cluster_memories(
+    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings
+) -> list[Cluster]:
+    """Clusters of restatements among one user's active memories (each of two or more)."""
+    partitions: dict[tuple[Any, ...], list[int]] = {}
+    for i, r in enumerate(records):
+        # Merging across these would change what a typed, team or agent recall sees.
+        partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
+    clusters: list[Cluster] = []
+    for indices in partitions.values():
+        part = [records[i] for i in indices]
+        links = _links(part, vectors[indices], settings)
+        # Survivor -> the partition indices it stands for; repeat until nothing more merges.
+        groups: dict[int, list[int]] = {i: [i] for i in range(len(part))}
+        while True:
+            joined = [g for g in _complete_linkage(sorted(groups), links) if len(g) > 1]
+            if not joined:
+                break
+            for group in joined:
+                best = canonical_order([part[i] for i in group])[0]
+                keep = next(i for i in group if part[i].id == best.id)
+                absorbed = [m for i in group for m in groups.pop(i)]
+                groups[keep] = absorbed
+        for keep, absorbed in groups.items():
+            if len(absorbed) > 1:
+                others = [part[i] for i in absorbed if i != keep]
+                pair_sims = [links[a].get(b, 0.0) for a in absorbed for b in absorbed if a < b]
+                clusters.append(Cluster(part[keep], others, min(pair_sims) if pair_sims else 1.0))
+    clusters.sort(key=lambda c: c.canonical.id)
+    return clusters
+
+
+# -- expiry, decay, purge ------------------------------------------------------------------------
+
+
+def decayed_importance(record: MemoryRecord, now: datetime, settings: Settings) -> float | None:
+    """The importance an unused memory decays to now, or None when it is not due.
+
+    Due once per period after `decay_after_days` without a recall or a change. A decay stamps
+    `updated_at`, which starts the next period: running twice in a period decays once.
+    """
+    floor = settings.consolidation_decay_floor
+    if record.importance <= floor + 1e-6:
+        return None
+    idle_since = max(record.created_at, record.last_accessed_at or record.created_at)
+    start = idle_since + timedelta(days=settings.consolidation_decay_after_days)
+    if now < start:
+        return None
+    period = timedelta(days=settings.consolidation_decay_period_days)
+    if record.updated_at < start:
+        steps = 1 + math.floor((now - start) / period)
+    else:
+        steps = math.floor((now - max(record.updated_at, idle_since)) / period)
+    if steps < 1:
+        return None
+    value = max(floor, record.importance * settings.consolidation_decay_factor**steps)
+    return round(value, 6) if value < record.importance - 1e-6 else None
+
+
+def plan_user(
+    scope: Scope, records: Sequence[MemoryRecord], vectors: np.ndarray, now: datetime, settings: Settings
+) -> UserPlan:
+    """What a run does for one user's memories (any status), given their vectors in the same order."""
+    plan = UserPlan(scope)
+    retention = timedelta(days=settings.consolidation_retention_days)
+    live: list[int] = []
+    for i, r in enumerate(records):
+        if r.status == "active":
+            if r.expires_at is not None and r.expires_at <= now:
+                plan.expire.append(r)
+            else:
+                live.append(i)
+        elif (r.valid_to or r.updated_at) <= now - retention:
+            plan.purge.append(r)
+    live_records = [records[i] for i in live]
+    plan.clusters = cluster_memories(live_records, vectors[live], settings)
+    in_cluster = {r.id for c in plan.clusters for r in (c.canonical, *c.others)}
+    for r in live_records:
+        if r.id not in in_cluster:
+            value = decayed_importance(r, now, settings)
+            if value is not None:
+                plan.decay.append((r, value))
+    return plan
+
+
+# -- applying ------------------------------------------------------------------------------------
+
+
+def _event(record: MemoryRecord, action: str, event_id: str, at: datetime, **change: Any) -> MemoryEvent:
+    return MemoryEvent(id=event_id, org_id=record.org_id, user_id=record.user_id, memory_id=record.id,
+                       action=action, actor=ACTOR, created_at=at, **change)  # type: ignore[arg-type]
+
+
+def apply_plan(service: Any, plan: UserPlan, now: datetime, summarize: Summarize | None = None) -> dict[str, int]:
+    """Carry out one user's plan through the memory service; return what actually changed.
+
+    Rows are re-read first: a memory deleted, changed or merged since planning is left alone,
+    and access counts recorded meanwhile are kept. Merged memories are written before their
+    sources are superseded (`MemoryService.merge_many`), so a run killed anywhere loses nothing
+    and the next run resumes.
+    """
+    store, scope = service.store, plan.scope
+    planned = [r for c in plan.clusters for r in (c.canonical, *c.others)]
+    planned += plan.expire + [r for r, _ in plan.decay]
+    fresh = {r.id: r for r in store.get_memories(scope, [r.id for r in planned])}
+
+    def unchanged(r: MemoryRecord) -> bool:
+        now_r = fresh.get(r.id)
+        return now_r is not None and now_r.status == "active" and now_r.updated_at == r.updated_at
+
+    done = {"clusters": 0, "merged": 0, "expired": 0, "decayed": 0, "purged": 0}
+    events: list[MemoryEvent] = []
+    expired = []
+    for r in plan.expire:
+        if unchanged(r):
+            row = fresh[r.id].model_copy(update={"status": "expired", "valid_to": r.expires_at, "updated_at": now})
+            expired.append(row)
+            events.append(_event(r, "expired", stable_id("event:expired", r.id), now,
+                                 before={"status": "active"}, after={"status": "expired"}))
+    if expired:
+        done["expired"] = store.replace_memories(scope, expired)
+
+    groups = []
+    for cluster in plan.clusters:
+        if not unchanged(cluster.canonical):
+            continue
+        others = [fresh[o.id] for o in cluster.others if unchanged(o)]
+        if not others:
+            continue
+        canonical = fresh[cluster.canonical.id]
+        permanent = [m.expires_at is None for m in (canonical, *others)]
+        # A fact stated once without an end date does not expire because a restatement had one.
+        expiry = None if any(permanent) else max(m.expires_at for m in (canonical, *others))  # type: ignore[type-var]
+        canonical = canonical.model_copy(update={"expires_at": expiry})
+        if summarize is not None:
+            canonical = _summarized(service, canonical, others, summarize)
+        groups.append((canonical, others))
+    if groups:
+        service.merge_many(scope, groups, action="merged", actor=ACTOR)
+        done["clusters"] = len(groups)
+        done["merged"] = sum(len(o) for _, o in groups)
+
+    decayed = []
+    for r, value in plan.decay:
+        if unchanged(r):
+            decayed.append(fresh[r.id].model_copy(update={"importance": value, "updated_at": now}))
+            events.append(_event(r, "updated", stable_id("event:decayed", r.id, now.isoformat()), now,
+                                 before={"importance": r.importance}, after={"importance": value}))
+    if decayed:
+        done["decayed"] = store.replace_memories(scope, decayed)
+
+    if plan.purge:
+        done["purged"] = store.delete_memories(scope, [r.id for r in plan.purge])
+        events += [
+            _event(r, "deleted", stable_id("event:purged", r.id), now,
+                   before={"status": r.status, "superseded_by": r.superseded_by}, after={"reason": "retention"})
+            for r in plan.purge
+        ]
+    if events:
+        store.append_events(scope.org_id, events)
+    return done
+
+
+def _summarized(service: Any, canonical: MemoryRecord, others: Sequence[MemoryRecord], summarize: Summarize) -> MemoryRecord:
+    """The canonical memory with its content replaced by an LLM summary of the cluster (re-embedded)."""
+    texts = [canonical.content, *(o.content for o in others)]
+    summary = service.redactor.redact_text(summarize(texts).strip())
+    if not summary or summary == canonical.content:
+        return canonical
+    record = canonical.model_copy(deep=True)
+    record.content = summary
+    record.index_text, record.keywords = service._index(summary, None)
+    service.embed_records([record])
+    return record
+
+
+def consolidate_user(
+    service: Any, scope: Scope, now: datetime, *, dry_run: bool = False, summarize: Summarize | None = None
+) -> dict[str, Any]:
+    """Plan and (unless a dry run) apply consolidation for one user; return the user's report."""
+    records, vectors = service.store.user_memories(scope)
+    plan = plan_user(scope, records, vectors, now, service.settings)
+    report: dict[str, Any] = {"org_id": scope.org_id, "user_id": scope.user_id, "memories": len(records)}
+    if dry_run:
+        report.update(plan.counts())
+        report["cluster_detail"] = [c.as_dict() for c in plan.clusters]
+        return report
+    report["found"] = plan.counts()
+    report.update(apply_plan(service, plan, now, summarize) if not plan.empty else
+                  {"clusters": 0, "merged": 0, "expired": 0, "decayed": 0, "purged": 0})
+    return report
+
+
+SUMMARY_PROMPT = (
+    "These notes about one user all state the same fact. Write that fact once, as one short "
+    "sentence in the language of the notes, keeping every specific detail they agree on. "
+    "Answer with the sentence only."
+)
+
+
+class OpenAISummarizer:
+    """Writes one canonical sentence for a cluster with an OpenAI-compatible chat model."""
+
+    def __init__(self, settings: Settings) -> None:
+        import openai
+
+        self._client = openai.OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key or "none",
+                                     max_retries=2, timeout=60)
+        self._model = settings.llm_model or ""
+
+    def __call__(self, texts: Sequence[str]) -> str:
+        """The summary, or the first text when the model answers nothing usable."""
+        import openai
+
+        from agent_memory.errors import UnavailableError
+
+        notes = "\n".join(f"- {t}" for t in texts)
+        try:
+            response = self._client.chat.completions.create(
+                model=self._model, temperature=0,
+                messages=[{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": notes}],
+            )
+        except openai.OpenAIError as exc:
+            raise UnavailableError(f"the LLM endpoint failed: {exc}") from exc
+        answer = (response.choices[0].message.content or "").strip() if response.choices else ""
+        return answer.splitlines()[0].strip() if answer else texts[0]
+
+
+def build_summarizer(settings: Settings) -> Summarize | None:
+    """An LLM summarizer when an LLM is configured, else None (the best representative is kept)."""
+    return OpenAISummarizer(settings) if settings.llm_configured else None

@@ -1,0 +1,223 @@
+"""Consolidation as a Ray Data job over every (org, user) of the store.
+
+The job fans users out to a pool of actors (`map_batches` with `ActorPoolStrategy`); each actor
+opens the store once and consolidates the users of its batches one at a time, reading each user
+through the store's `user_id` index. Grouping through the index rather than
+`groupby(org, user).map_groups(...)` keeps vectors out of the object store: a groupby would
+read the whole table, vectors included, and shuffle it, to hand each user's rows to one call,
+which the index gives for a few milliseconds per user. No decision ever spans two users.
+
+One run at a time: the run holds the `consolidation` lease in the store, renewed while it works;
+a killed run's lease expires after `consolidation_lease_seconds`. Recall and writes go on during
+a run (merges are ordinary small commits). After the users, the tables are compacted, indexes
+refreshed and versions older than `consolidation_keep_versions_hours` cleaned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from agent_memory.consolidation import build_summarizer, consolidate_user
+from agent_memory.errors import ConflictError
+from agent_memory.models import Scope, check_identifier, utcnow
+from agent_memory.settings import Settings
+
+log = logging.getLogger(__name__)
+LEASE = "consolidation"
+COUNTS = ("clusters", "merged", "expired", "decayed", "purged")
+# Below this many users, Ray Data's fixed start-up (seconds) costs more than the work itself.
+IN_PROCESS_MAX_USERS = 20
+
+
+def _open_service(settings: Settings, now: datetime) -> Any:
+    """A memory service on the configured store; the model is loaded only if LLM summaries need it."""
+    from agent_memory.embedding import build_embedder
+    from agent_memory.service import MemoryService
+    from storage import open_store
+
+    embedder = build_embedder(settings) if settings.llm_configured else None
+    store = open_store(settings, embedding_model=embedder.name if embedder else None,
+                       embedding_dim=embedder.dim if embedder else None)
+    return MemoryService(store, embedder, settings, clock=lambda: now, defer_access=False)
+
+
+class ConsolidateUsers:
+    """Ray Data callable: opens the store once per actor, then consolidates each user of a batch alone."""
+
+    def __init__(self, settings: Settings, now: datetime, dry_run: bool) -> None:
+        self.service = _open_service(settings, now)
+        self.summarize = build_summarizer(settings)
+        self.now = now
+        self.dry_run = dry_run
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
+        reports = [
+            json.dumps(_consolidate_one(self.service, str(org), str(user), self.now, self.dry_run, self.summarize),
+                       ensure_ascii=False, default=str)
+            for org, user in zip(batch["org_id"], batch["user_id"], strict=True)
+        ]
+        return {"report": reports}
+
+
+def _consolidate_one(service: Any, org_id: str, user_id: str, now: datetime, dry_run: bool, summarize: Any) -> dict:
+    try:
+        return consolidate_user(service, Scope.user(org_id, user_id), now, dry_run=dry_run, summarize=summarize)
+    except Exception as exc:
+        # One user's failure must not stop the others; the next run retries them.
+        log.exception("consolidation failed for %s/%s", org_id, user_id)
+        return {"org_id": org_id, "user_id": user_id, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _on_ray(owners: list[tuple[str, str]], settings: Settings, now: datetime, dry_run: bool,
+            address: str | None) -> Iterator[dict[str, Any]]:
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    workers = max(1, min(settings.consolidation_workers, len(owners)))
+    ds = ray.data.from_items([{"org_id": o, "user_id": u} for o, u in owners],
+                             override_num_blocks=max(1, min(len(owners), workers * 4)))
+    ds = ds.map_batches(
+        ConsolidateUsers,
+        fn_constructor_kwargs={"settings": settings, "now": now, "dry_run": dry_run},
+        # Scales down to one actor where a scheduler task or Serve replicas hold the other CPUs.
+        batch_size=16, compute=ActorPoolStrategy(min_size=1, max_size=workers), num_cpus=1,
+    )
+    for row in ds.iter_rows():
+        yield json.loads(row["report"])
+
+
+def _in_process(owners: list[tuple[str, str]], settings: Settings, now: datetime, dry_run: bool) -> Iterator[dict]:
+    service = _open_service(settings, now)
+    summarize = build_summarizer(settings)
+    with service:
+        for org_id, user_id in owners:
+            yield _consolidate_one(service, org_id, user_id, now, dry_run, summarize)
+
+
+def run_consolidation(
+    settings: Settings,
+    *,
+    org_id: str | None = None,
+    user_id: str | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    use_ray: bool | None = None,
+    address: str | None = None,
+    owner: str | None = None,
+) -> dict[str, Any]:
+    """Consolidate every user (of one org, or one user) and return the run's JSON report.
+
+    `now` is the run's clock for expiry, decay and retention (tests set it). `use_ray` None picks
+    Ray Data above `IN_PROCESS_MAX_USERS` users and runs in-process below. A dry run plans only:
+    it takes no lease and writes nothing. Raises ConflictError while another run holds the lease.
+    """
+    from storage import open_store
+
+    started = time.perf_counter()
+    now = now or utcnow()
+    check_identifier("org_id", org_id, required=False)
+    check_identifier("user_id", user_id, required=False)
+    if user_id is not None and org_id is None:
+        org_id = "default"
+    store = open_store(settings, embedding_model=None, embedding_dim=None)
+    owners = [(org_id, user_id)] if user_id is not None else store.memory_owners(org_id)
+    owner = owner or f"run-{uuid.uuid4().hex[:12]}"
+    ttl = timedelta(seconds=settings.consolidation_lease_seconds)
+    if not dry_run and not store.acquire_lease(LEASE, owner, ttl, now):
+        holder = store.lease_holder(LEASE, now) or {}
+        raise ConflictError(
+            f"another consolidation run ({holder.get('owner', 'unknown')}) holds the lease until "
+            f"{holder.get('expires_at', 'it expires')}; try again later", code="consolidation_running",
+        )
+    report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
+    shapes_before = store.stats(None)["tables"]
+    job = {"id": job_id(owner), "org_id": report_org(org_id), "user_id": user_id, "kind": "consolidation",
+           "state": "running", "progress": 0.0, "created_at": now, "updated_at": utcnow(), "error": None,
+           "report": {"users": len(owners)}}
+    if not dry_run:
+        store.put_job(job["org_id"], job)
+    try:
+        ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
+        stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
+                  else _in_process(owners, settings, now, dry_run))
+        users = _collect(stream, store, owner, ttl, now, started, dry_run)
+        report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
+        report.update(_totals(users, dry_run))
+        if not dry_run:
+            optimized = store.optimize(retain=timedelta(hours=settings.consolidation_keep_versions_hours))
+            report["tables"] = optimized
+        else:
+            report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
+    except Exception as exc:
+        if not dry_run:
+            store.put_job(job["org_id"], {**job, "state": "failed", "updated_at": utcnow(),
+                                          "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        if not dry_run:
+            store.release_lease(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))
+    memories = report["tables"]["memories"]
+    report["fragments"] = {"before": memories["before"]["fragments"], "after": memories.get("after", {}).get("fragments")}
+    report["versions"] = {"before": memories["before"]["versions"], "after": memories.get("after", {}).get("versions")}
+    report["duration_s"] = round(time.perf_counter() - started, 3)
+    if not dry_run:
+        # Users that failed are retried by the next run; the job says which.
+        store.put_job(job["org_id"], {**job, "state": "failed" if report["errors"] else "succeeded",
+                                      "progress": 1.0, "updated_at": utcnow(), "report": _job_summary(report)})
+    return report
+
+
+def job_id(run_id: str) -> str:
+    """The `jobs` row id of a run (what `GET /v1/jobs/{id}` takes)."""
+    return f"consolidation-{run_id}"
+
+
+def report_org(org_id: str | None) -> str:
+    """The org a run's job row belongs to: the org it covered, or the system org for all of them."""
+    from storage.schema import SYSTEM_ORG
+
+    return org_id if org_id is not None else SYSTEM_ORG
+
+
+def _collect(stream: Iterable[dict], store: Any, owner: str, ttl: timedelta, now: datetime, started: float,
+             dry_run: bool) -> list[dict]:
+    """Drain the per-user reports, renewing the lease whenever a third of its time has passed."""
+    users: list[dict] = []
+    last_renewal = time.perf_counter()
+    for user_report in stream:
+        users.append(user_report)
+        elapsed = time.perf_counter()
+        if not dry_run and elapsed - last_renewal > ttl.total_seconds() / 3:
+            if not store.renew_lease(LEASE, owner, ttl, now + timedelta(seconds=elapsed - started)):
+                raise ConflictError("the consolidation lease was lost (the run took longer than its lease)",
+                                    code="consolidation_lease_lost")
+            last_renewal = elapsed
+    return users
+
+
+def _totals(users: list[dict], dry_run: bool) -> dict[str, Any]:
+    totals: dict[str, Any] = {name: sum(int(u.get(name, 0)) for u in users) for name in COUNTS}
+    totals["memories_merged"] = totals.pop("merged")
+    totals["clusters_found"] = sum(int(u.get("found", u).get("clusters", 0)) for u in users if "error" not in u)
+    totals["errors"] = [{"org_id": u["org_id"], "user_id": u["user_id"], "error": u["error"]}
+                        for u in users if "error" in u]
+    if dry_run:
+        totals["cluster_detail"] = [c for u in users for c in u.get("cluster_detail", [])]
+    totals["users_changed"] = sum(1 for u in users if any(int(u.get(n, 0)) for n in COUNTS))
+    return totals
+
+
+def _job_summary(report: dict[str, Any]) -> dict[str, Any]:
+    keep = ("users", "users_changed", "clusters_found", "clusters", "memories_merged", "expired", "decayed",
+            "purged", "fragments", "versions", "duration_s", "errors")
+    return {k: report[k] for k in keep if k in report}

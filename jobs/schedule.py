@@ -1,0 +1,96 @@
+"""When consolidation runs: the schedule a long-lived process (the Serve app's scheduler) follows.
+
+The host calls `run_due(now)` on a timer (every minute is plenty); the schedule answers whether a
+run is due and, if so, submits one to the cluster as a Ray task and returns its reference. Runs
+never overlap: the job itself holds the store's lease, so two schedulers (two replicas, or a
+scheduler and a cron job) submitting at once end with one run and one `consolidation_running`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from agent_memory.models import as_utc, utcnow
+from agent_memory.settings import Settings
+
+
+class ConsolidationSchedule:
+    """Interval or daily-time schedule from settings; `consolidation_schedule_enabled=false` turns it off."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utcnow,
+                 submit: Callable[[Settings], Any] | None = None) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._submit = submit or submit_consolidation
+        self.last_run: datetime | None = None
+        self.next_run: datetime | None = self.next_run_after(clock())
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the schedule runs at all."""
+        return self.settings.consolidation_schedule_enabled
+
+    def next_run_after(self, now: datetime) -> datetime | None:
+        """The first scheduled time strictly after `now`, or None when scheduling is off."""
+        if not self.enabled:
+            return None
+        now = as_utc(now)
+        interval = self.settings.consolidation_interval_minutes
+        if interval is not None:
+            # The first run waits one interval: restarting a replica must not trigger a run.
+            return max((self.last_run or now) + timedelta(minutes=interval), now)
+        hour, minute = (int(p) for p in self.settings.consolidation_daily_at.split(":"))
+        today = datetime.combine(now.date(), time(hour, minute), tzinfo=now.tzinfo)
+        return today if today > now else today + timedelta(days=1)
+
+    def due(self, now: datetime) -> bool:
+        """Whether a run should start at `now`."""
+        return self.next_run is not None and as_utc(now) >= self.next_run
+
+    def run_due(self, now: datetime | None = None) -> Any | None:
+        """Submit a run if one is due (returning what `submit` returned), and plan the next."""
+        now = as_utc(now or self.clock())
+        if not self.due(now):
+            return None
+        self.last_run = now
+        handle = self._submit(self.settings)
+        self.next_run = self.next_run_after(now)
+        return handle
+
+
+@dataclass(frozen=True)
+class SubmittedRun:
+    """A consolidation run started on the cluster: its id (its job row is `consolidation-<run_id>`) and result."""
+
+    run_id: str
+    result: Any  # ray.ObjectRef of the report dict, or of {"skipped": ..., "code": ...}
+
+
+def submit_consolidation(
+    settings: Settings, *, org_id: str | None = None, user_id: str | None = None, dry_run: bool = False
+) -> SubmittedRun:
+    """Start a consolidation run as a task on the Ray cluster this process is connected to.
+
+    The task drives the Ray Data job; the run's report is the value of `result`, or
+    `{"skipped": ..., "code": "consolidation_running"}` when another run holds the lease.
+    """
+    import ray
+
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    remote = ray.remote(num_cpus=0.25, max_retries=0)(_run_and_report)
+    ref = remote.remote(settings, {"org_id": org_id, "user_id": user_id, "dry_run": dry_run, "owner": run_id})
+    return SubmittedRun(run_id, ref)
+
+
+def _run_and_report(settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    from agent_memory.errors import ConflictError
+    from jobs.consolidate import run_consolidation
+
+    try:
+        return run_consolidation(settings, use_ray=True, **options)
+    except ConflictError as exc:
+        return {"skipped": exc.message, "code": exc.code}

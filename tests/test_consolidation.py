@@ -1,0 +1,333 @@
+"""Consolidation: clustering, merging, expiry, decay, purge, the lease and the Ray Data job."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from contextlib import redirect_stdout
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from agent_memory.cli import main
+from agent_memory.consolidation import (
+    adds_content,
+    apply_plan,
+    content_terms,
+    lexical_agreement,
+    plan_user,
+    polarity,
+)
+from agent_memory.errors import ConflictError
+from agent_memory.merge import merge_records
+from agent_memory.models import MemoryRecord, Scope
+from agent_memory.service import MemoryService
+from jobs.consolidate import LEASE, job_id, run_consolidation
+from jobs.schedule import ConsolidationSchedule, submit_consolidation
+from tests.conftest import Clock
+
+U = Scope.user("acme", "alice")
+CLUSTERS = {
+    "python": ["The user uses Python for backend work", "The user mainly uses Python for backend work",
+               "the user uses python for backend work!"],
+    "dog": ["My dog is called Max", "My dog's name is Max"],
+    "coffee": ["我喜欢喝咖啡", "我很喜欢喝咖啡", "我喜欢喝咖啡。"],
+    "home": ["用户住在上海浦东", "用户目前住在上海浦东"],
+}
+# Each shares words (or, for Chinese, characters) with a cluster but says something else.
+LOOKALIKES = ["I like Python", "my colleague hates Python", "I don't use Python for backend work",
+              "My cat is called Max", "My sister's dog is called Max", "The user's intern uses Python for backend work",
+              "我同事不喜欢喝咖啡", "我同事喜欢喝咖啡", "我喜欢喝茶", "用户住在北京海淀", "用户父母住在上海浦东"]
+
+
+def _plant(service: MemoryService, user: str = "alice", org: str = "acme") -> dict[str, str]:
+    """Write the planted memories; return content -> id."""
+    texts = [t for group in CLUSTERS.values() for t in group] + LOOKALIKES
+    ids = service.add_many(org, [{"user_id": user, "content": t, "importance": 0.5} for t in texts]).ids
+    return dict(zip(texts, ids, strict=True))
+
+
+def _all(service: MemoryService, scope: Scope = U) -> dict[str, MemoryRecord]:
+    records, _ = service.store.user_memories(scope)
+    return {r.id: r for r in records}
+
+
+def _run(service: MemoryService, clock: Clock, **kwargs: Any) -> dict[str, Any]:
+    return run_consolidation(service.settings, now=clock(), use_ray=kwargs.pop("use_ray", False), **kwargs)
+
+
+def test_polarity_and_lexical_agreement() -> None:
+    assert polarity("I don't like Python") and polarity("my colleague hates Python") and polarity("我同事不喜欢喝咖啡")
+    assert not polarity("I like Python") and not polarity("我喜欢喝咖啡")
+    # Adding a person or a thing changes whose fact it is; adding an adverb does not.
+    base, sister, often = (content_terms(t) for t in ("My dog is called Max", "My sister's dog is called Max",
+                                                       "My dog is really called Max"))
+    assert adds_content(base, sister) and not adds_content(base, often)
+    assert content_terms("我现在住在上海浦东") == content_terms("我目前住在上海浦东")
+    assert adds_content(content_terms("我住在上海浦东"), content_terms("我父母住在上海浦东"))
+    # An inserted adverb costs less than a changed object, even in a six-character sentence.
+    assert lexical_agreement("我喜欢喝咖啡", "我很喜欢喝咖啡") > 0.8 > lexical_agreement("我喜欢喝咖啡", "我喜欢喝茶")
+
+
+def test_planted_clusters_merge_and_lookalikes_stay_apart(service: MemoryService, clock: Clock) -> None:
+    ids = _plant(service)
+    report = _run(service, clock)
+    assert report["clusters"] == 4 and report["memories_merged"] == 6 and report["errors"] == []
+    rows = _all(service)
+    for group in CLUSTERS.values():
+        members = [rows[ids[t]] for t in group]
+        active = [m for m in members if m.status == "active"]
+        assert len(active) == 1, group
+        survivor = active[0]
+        for m in members:
+            if m.id != survivor.id:
+                assert m.status == "superseded" and m.superseded_by == survivor.id
+        # Union of sources, highest importance: nothing of the restatements is lost.
+        assert survivor.updated_at == clock()
+    for text in LOOKALIKES:
+        assert rows[ids[text]].status == "active", text
+    # The merged memory's history says what it absorbed; a superseded one says by whom.
+    canonical = next(rows[ids[t]] for t in CLUSTERS["coffee"] if rows[ids[t]].status == "active")
+    merged_event = service.history(U, canonical.id)[-1]
+    assert merged_event.action == "merged" and len(merged_event.after["absorbed"]) == 2
+
+
+def test_merge_unions_sources_and_sums_access(service: MemoryService, clock: Clock) -> None:
+    a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9,
+                             "source_ids": ["m1"]})
+    b = service.add("acme", {"user_id": "alice", "content": "My dog's name is Max", "importance": 0.2,
+                             "source_ids": ["m2"]})
+    service.store.record_access("acme", {a: 2, b: 3}, clock())
+    _run(service, clock)
+    rows = _all(service)
+    survivor = rows[a]  # the more important one stands for both
+    assert survivor.status == "active" and rows[b].superseded_by == a
+    assert sorted(survivor.source_ids) == ["m1", "m2"] and survivor.access_count == 5
+    assert survivor.importance == pytest.approx(0.9)
+
+
+def test_recall_returns_the_merged_memory_once(service: MemoryService, clock: Clock) -> None:
+    ids = _plant(service)
+    query = {"user_id": "alice", "query": "which language for backend work", "top_k": 10}
+    before = [h.id for h in service.recall("acme", query).memories]
+    assert sum(1 for t in CLUSTERS["python"] if ids[t] in before) == 3
+    _run(service, clock)
+    after = [h.id for h in service.recall("acme", query).memories]
+    assert sum(1 for t in CLUSTERS["python"] if ids[t] in after) == 1
+    assert len(after) == len(set(after))
+
+
+def test_second_run_is_a_no_op_even_after_recalls(service: MemoryService, clock: Clock) -> None:
+    _plant(service)
+    _run(service, clock)
+    snapshot = {i: r.model_dump() for i, r in _all(service).items()}
+    # Access-count updates between runs are not changes a run counts.
+    service.recall("acme", {"user_id": "alice", "query": "coffee 咖啡 Python"})
+    service.access.flush()
+    second = _run(service, clock)
+    assert {k: second[k] for k in ("clusters", "memories_merged", "expired", "decayed", "purged")} == {
+        "clusters": 0, "memories_merged": 0, "expired": 0, "decayed": 0, "purged": 0}
+    after = {i: r.model_dump(exclude={"access_count", "last_accessed_at"}) for i, r in _all(service).items()}
+    assert after == {i: {k: v for k, v in r.items() if k not in ("access_count", "last_accessed_at")}
+                     for i, r in snapshot.items()}
+
+
+def test_users_are_never_merged_together(service: MemoryService, clock: Clock) -> None:
+    a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max"})
+    b = service.add("acme", {"user_id": "bob", "content": "My dog is called Max"})
+    c = service.add("other", {"user_id": "alice", "content": "My dog is called Max"})
+    report = _run(service, clock)
+    assert report["users"] == 3 and report["clusters"] == 0
+    assert _all(service)[a].status == "active"
+    assert _all(service, Scope.user("acme", "bob"))[b].status == "active"
+    assert _all(service, Scope.user("other", "alice"))[c].status == "active"
+
+
+def test_expiry_and_purge_follow_the_clock(make_service: Any, clock: Clock) -> None:
+    service = make_service(clock=clock, consolidation_retention_days=30)
+    soon = service.add("acme", {"user_id": "alice", "content": "Meeting with Bob on Friday",
+                                "expires_at": (clock() + timedelta(days=2)).isoformat()})
+    keep = service.add("acme", {"user_id": "alice", "content": "I live in Lisbon"})
+    assert _run(service, clock)["expired"] == 0
+    clock.advance(days=3)
+    report = _run(service, clock)
+    assert report["expired"] == 1 and _all(service)[soon].status == "expired"
+    clock.advance(days=26)  # 27 days after expiry: still kept, still reversible
+    assert _run(service, clock)["purged"] == 0 and soon in _all(service)
+    clock.advance(days=4)
+    assert _run(service, clock)["purged"] == 1
+    rows = _all(service)
+    assert soon not in rows and rows[keep].status == "active"
+    assert [e.action for e in service.history(U, soon)] == ["created", "expired", "deleted"]
+
+
+def test_superseded_memories_are_purged_after_retention(make_service: Any, clock: Clock) -> None:
+    service = make_service(clock=clock, consolidation_retention_days=10)
+    a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
+    b = service.add("acme", {"user_id": "alice", "content": "My dog's name is Max"})
+    _run(service, clock)
+    clock.advance(days=11)
+    assert _run(service, clock)["purged"] == 1
+    assert set(_all(service)) == {a} and b not in _all(service)
+
+
+def test_decay_applies_once_per_period(make_service: Any, clock: Clock) -> None:
+    service = make_service(clock=clock, consolidation_decay_after_days=90, consolidation_decay_period_days=30,
+                           consolidation_decay_factor=0.5)
+    idle = service.add("acme", {"user_id": "alice", "content": "I once visited Porto", "importance": 0.8})
+    used = service.add("acme", {"user_id": "alice", "content": "I work on the billing service", "importance": 0.8})
+    clock.advance(days=100)
+    service.store.record_access("acme", {used: 1}, clock())
+    assert _run(service, clock)["decayed"] == 1
+    assert _all(service)[idle].importance == pytest.approx(0.4) and _all(service)[used].importance == pytest.approx(0.8)
+    assert _run(service, clock)["decayed"] == 0  # same period: no second decay
+    clock.advance(days=31)
+    assert _run(service, clock)["decayed"] == 1
+    assert _all(service)[idle].importance == pytest.approx(0.2)
+
+
+def test_a_killed_run_resumes(service: MemoryService, clock: Clock) -> None:
+    ids = _plant(service)
+    records, vectors = service.store.user_memories(U)
+    plan = plan_user(U, records, vectors, clock(), service.settings)
+    assert len(plan.clusters) == 4
+    # Killed after the first cluster was applied...
+    first = plan.clusters[0]
+    plan.clusters = plan.clusters[:1]
+    apply_plan(service, plan, clock())
+    # ...and, in the second cluster, after the merged memory was written but before its sources
+    # were superseded (the order MemoryService.merge writes in).
+    second = plan_user(U, *service.store.user_memories(U), clock(), service.settings).clusters
+    second = [c for c in second if c.canonical.id != first.canonical.id][0]
+    service.store.replace_memories(U, [merge_records(second.canonical, second.others, clock())])
+    report = _run(service, clock)
+    assert report["clusters"] == 3
+    rows = _all(service)
+    for group in CLUSTERS.values():
+        members = [rows[ids[t]] for t in group]
+        assert sum(m.status == "active" for m in members) == 1
+        survivor = next(m for m in members if m.status == "active")
+        # Never lost: every source of every restatement is on the surviving memory.
+        assert {s for m in members for s in m.source_ids} <= set(survivor.source_ids)
+    assert _run(service, clock)["clusters"] == 0
+
+
+def test_the_lease_blocks_a_second_run_and_expires(service: MemoryService, clock: Clock) -> None:
+    _plant(service)
+    ttl = timedelta(seconds=service.settings.consolidation_lease_seconds)
+    assert service.store.acquire_lease(LEASE, "killed-run", ttl, clock())
+    with pytest.raises(ConflictError) as err:
+        _run(service, clock)
+    assert err.value.code == "consolidation_running"
+    assert _all(service) and all(r.status == "active" for r in _all(service).values())
+    clock.advance(seconds=ttl.total_seconds() + 1)  # the killed run never renewed: its lease expires
+    assert _run(service, clock)["clusters"] == 4
+    assert service.store.lease_holder(LEASE, clock()) is None  # released at the end
+
+
+def test_two_runs_at_once_one_wins(service: MemoryService, clock: Clock) -> None:
+    _plant(service)
+    results: list[Any] = []
+
+    def run() -> None:
+        try:
+            results.append(_run(service, clock)["clusters"])
+        except ConflictError as exc:
+            results.append(exc.code)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Either one ran while the other was refused, or they ran one after the other (the second finding nothing).
+    assert sorted(map(str, results)) in (["4", "consolidation_running"], ["0", "4"])
+
+
+def test_dry_run_shows_clusters_and_changes_nothing(service: MemoryService, clock: Clock) -> None:
+    ids = _plant(service)
+    before = {i: r.model_dump() for i, r in _all(service).items()}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["consolidate", "--dry-run", "--engine", "local", "--storage-uri", service.settings.storage_uri])
+    assert code == 0
+    report = json.loads(out.getvalue())
+    assert report["dry_run"] and report["clusters"] == 4
+    shown = {frozenset([c["canonical"]["id"], *(m["id"] for m in c["merged"])]) for c in report["cluster_detail"]}
+    assert shown == {frozenset(ids[t] for t in group) for group in CLUSTERS.values()}
+    assert {i: r.model_dump() for i, r in _all(service).items()} == before
+
+
+def test_ray_data_job_submitted_to_the_cluster(service: MemoryService, clock: Clock, ray_session: None) -> None:
+    import ray
+
+    ids = _plant(service)
+    service.add_many("acme", [{"user_id": "bob", "content": t} for t in CLUSTERS["dog"]])
+    run = submit_consolidation(service.settings)  # what the Serve app's scheduler calls
+    report = ray.get(run.result, timeout=300)
+    assert report["run_id"] == run.run_id and report["engine"] == "ray-data" and report["users"] == 2
+    assert report["clusters"] == 5 and report["memories_merged"] == 7 and report["errors"] == []
+    assert report["fragments"]["after"] <= report["fragments"]["before"]
+    assert _all(service)[ids["I like Python"]].status == "active"
+    job = service.store.get_job("__system__", job_id(run.run_id))
+    assert job is not None and job["state"] == "succeeded" and job["report"]["clusters"] == 5
+
+
+class _ChatServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible /chat/completions endpoint on loopback that answers one fixed summary."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)  # type: ignore[attr-defined]
+        answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                  "choices": [{"index": 0, "finish_reason": "stop",
+                               "message": {"role": "assistant", "content": "The user's dog is named Max."}}]}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_llm_summary_becomes_the_merged_content(make_service: Any, clock: Clock) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
+    server.requests = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        service = make_service(clock=clock, llm_base_url=f"http://127.0.0.1:{server.server_port}/v1",
+                               llm_model="tiny", llm_api_key="k")
+        a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
+        service.add("acme", {"user_id": "alice", "content": "My dog's name is Max"})
+        assert _run(service, clock)["clusters"] == 1
+    finally:
+        server.shutdown()
+    survivor = _all(service)[a]
+    assert survivor.content == "The user's dog is named Max." and survivor.status == "active"
+    assert "My dog is called Max" in server.requests[0]["messages"][1]["content"]  # type: ignore[attr-defined]
+    hits = service.recall("acme", {"user_id": "alice", "query": "dog named Max"}).memories
+    assert [h.id for h in hits] == [a]
+
+
+def test_schedule_daily_interval_and_off(settings: Any, clock: Clock) -> None:
+    submitted: list[Any] = []
+    daily = ConsolidationSchedule(settings.model_copy(update={"consolidation_daily_at": "03:00"}), clock,
+                                  submit=submitted.append)
+    assert daily.next_run == clock().replace(hour=3, minute=0) + timedelta(days=1)
+    assert daily.run_due(clock()) is None
+    clock.advance(hours=15)
+    daily.run_due(clock())
+    assert len(submitted) == 1 and daily.next_run == clock().replace(hour=3) + timedelta(days=1)
+    every = ConsolidationSchedule(settings.model_copy(update={"consolidation_interval_minutes": 30}), clock,
+                                  submit=submitted.append)
+    assert every.next_run == clock() + timedelta(minutes=30)
+    off = ConsolidationSchedule(settings.model_copy(update={"consolidation_schedule_enabled": False}), clock,
+                                submit=submitted.append)
+    clock.advance(days=2)
+    assert off.next_run is None and off.run_due(clock()) is None and len(submitted) == 1

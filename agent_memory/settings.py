@@ -126,6 +126,8 @@ class Settings(BaseSettings):
     # The run lease expires this long after its last renewal, so a killed run never blocks the next.
     consolidation_lease_seconds: float = Field(default=900.0, gt=0)
     consolidation_workers: int = Field(default=2, ge=1, le=256)
+    # CPUs each consolidation actor reserves: a fraction, so a run fits beside the Serve app on 2 CPUs.
+    consolidation_worker_cpus: float = Field(default=0.25, gt=0)
     # Scheduling inside the Serve app: off with one setting; an interval wins over the daily time.
     consolidation_schedule_enabled: bool = True
     consolidation_interval_minutes: float | None = Field(default=None, gt=0)

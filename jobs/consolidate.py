@@ -90,7 +90,7 @@ def _on_ray(owners: list[tuple[str, str]], settings: Settings, now: datetime, dr
         ConsolidateUsers,
         fn_constructor_kwargs={"settings": settings, "now": now, "dry_run": dry_run},
         # Scales down to one actor where a scheduler task or Serve replicas hold the other CPUs.
-        batch_size=16, compute=ActorPoolStrategy(min_size=1, max_size=workers), num_cpus=1,
+        batch_size=16, compute=ActorPoolStrategy(min_size=1, max_size=workers), num_cpus=settings.consolidation_worker_cpus,
     )
     for row in ds.iter_rows():
         yield json.loads(row["report"])

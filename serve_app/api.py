@@ -28,12 +28,21 @@ from agent_memory.errors import (
     PermissionDeniedError,
     UnavailableError,
 )
-from agent_memory.models import Scope, check_identifier
+from agent_memory.models import Scope, check_identifier, utcnow
 from agent_memory.settings import Settings
 from serve_app import metrics
 from serve_app.app import _unwrap
 from serve_app.auth import ANONYMOUS, ApiKeys, Principal, UnauthorizedError
-from serve_app.schemas import ConversationIn, ImportIn, MemoryBatchIn, MemoryIn, PatchIn, SearchIn, dump
+from serve_app.schemas import (
+    ConsolidateIn,
+    ConversationIn,
+    ImportIn,
+    MemoryBatchIn,
+    MemoryIn,
+    PatchIn,
+    SearchIn,
+    dump,
+)
 from storage import LanceStore
 
 # Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
@@ -184,10 +193,11 @@ class IngressDeployment:
     """HTTP in front of Recall and Writer; reads that need no model go straight to the store."""
 
     async def __init__(
-        self, settings: Settings, recall: DeploymentHandle, writer: DeploymentHandle, embedder: DeploymentHandle
+        self, settings: Settings, recall: DeploymentHandle, writer: DeploymentHandle, embedder: DeploymentHandle,
+        scheduler: DeploymentHandle,
     ) -> None:
         self._settings = settings
-        self._recall, self._writer, self._embedder = recall, writer, embedder
+        self._recall, self._writer, self._embedder, self._scheduler = recall, writer, embedder, scheduler
         info = await embedder.info.remote()
         self._store = LanceStore(
             settings.storage_uri, embedding_model=info["name"], embedding_dim=info["dim"],
@@ -344,6 +354,33 @@ class IngressDeployment:
                        "use `agent-memory import`"}},
             status_code=501,
         )
+
+    @app.post("/v1/jobs/consolidate", status_code=202, tags=["jobs"])
+    async def consolidate(self, body: ConsolidateIn, caller: Caller) -> dict[str, str]:
+        """Start consolidation of the caller's org (or one user) on the cluster now."""
+        caller.require("admin")
+        from jobs.consolidate import job_id
+        from jobs.schedule import submit_consolidation
+
+        run = await self._read(lambda: submit_consolidation(
+            self._settings, org_id=caller.org_id, user_id=body.user_id, dry_run=False
+        ))
+        now = utcnow()
+        queued = {"id": job_id(run.run_id), "org_id": caller.org_id, "user_id": body.user_id,
+                  "kind": "consolidation", "state": "queued", "progress": 0.0, "created_at": now,
+                  "updated_at": now, "error": None, "report": {"run_id": run.run_id}}
+        # Answerable at once; the run overwrites this row as it starts and ends. If it started
+        # first, its row stands.
+        existing = await self._read(self._store.get_job, caller.org_id, queued["id"])
+        if existing is None:
+            await self._read(self._store.put_job, caller.org_id, queued)
+        return {"job_id": queued["id"]}
+
+    @app.get("/v1/schedule", tags=["jobs"])
+    async def schedule(self, caller: Caller) -> dict[str, Any]:
+        """The consolidation schedule: on or off, the next run, the last submission."""
+        caller.require("reader")
+        return await self._scheduler.status.remote()
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(self, job_id: str, caller: Caller) -> dict[str, Any]:

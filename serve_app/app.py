@@ -25,7 +25,7 @@ from ray.serve.handle import DeploymentHandle
 
 from agent_memory.embedding import Embedder, build_embedder
 from agent_memory.errors import AgentMemoryError, NotFoundError, UnavailableError
-from agent_memory.models import MemoryRecord, NewMemory, parse_input
+from agent_memory.models import MemoryRecord, NewMemory, parse_input, utcnow
 from agent_memory.service import MemoryService, WriteResult
 from agent_memory.settings import Settings
 from serve_app import metrics
@@ -317,6 +317,41 @@ class WriterDeployment:
         return True
 
 
+@serve.deployment(name="Scheduler", num_replicas=1, ray_actor_options={"num_cpus": 0})
+class SchedulerDeployment:
+    """Submits consolidation to the cluster when the schedule says so (interval or daily time).
+
+    Runs never overlap: each takes the store's consolidation lease, so a run still going (or one
+    started by hand or by a CronJob) makes the next submission a recorded no-op.
+    """
+
+    async def __init__(self, settings: Settings) -> None:
+        from jobs.schedule import ConsolidationSchedule
+
+        self._schedule = ConsolidationSchedule(settings)
+        self._last: dict[str, Any] = {}
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(30)
+            try:
+                run = await loop.run_in_executor(None, self._schedule.run_due)
+            except Exception:
+                log.exception("could not submit the scheduled consolidation")
+                continue
+            if run is not None:
+                self._last = {"run_id": run.run_id, "submitted_at": utcnow().isoformat()}
+                log.info("scheduled consolidation submitted: %s", run.run_id)
+
+    def status(self) -> dict[str, Any]:
+        """Whether the schedule is on, when it runs next, and what it last submitted."""
+        next_run = self._schedule.next_run if self._schedule.enabled else None
+        return {"enabled": self._schedule.enabled, "next_run": next_run.isoformat() if next_run else None,
+                "last": self._last}
+
+
 def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.Application:
     """The whole application, one bind expression; `config` holds per-deployment Serve options."""
     from serve_app.api import IngressDeployment
@@ -326,7 +361,8 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
     embedder = EmbedderDeployment.options(**options["Embedder"]).bind(settings)
     recall = RecallDeployment.options(**options["Recall"]).bind(settings, embedder)
     writer = WriterDeployment.options(**options["Writer"]).bind(settings, embedder)
-    return IngressDeployment.options(**options["Ingress"]).bind(settings, recall, writer, embedder)
+    scheduler = SchedulerDeployment.options(**options["Scheduler"]).bind(settings)
+    return IngressDeployment.options(**options["Ingress"]).bind(settings, recall, writer, embedder, scheduler)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

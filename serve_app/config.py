@@ -11,7 +11,7 @@ from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "cluster" / "serve_config.yaml"
-DEPLOYMENTS = ("Ingress", "Recall", "Embedder", "Writer")
+DEPLOYMENTS = ("Ingress", "Recall", "Embedder", "Writer", "Scheduler")
 _OPTION_KEYS = {
     "num_replicas", "autoscaling_config", "max_ongoing_requests", "ray_actor_options", "user_config",
     "graceful_shutdown_timeout_s", "health_check_period_s", "health_check_timeout_s", "max_queued_requests",
@@ -41,7 +41,7 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
         opts = {k: v for k, v in declared.get(name, {}).items() if k in _OPTION_KEYS}
         if "logging_config" in apps[0]:
             opts.setdefault("logging_config", apps[0]["logging_config"])
-        actor = dict(opts.get("ray_actor_options") or {"num_cpus": 0.25})
+        actor = dict(opts.get("ray_actor_options") or {"num_cpus": 0 if name == "Scheduler" else 0.25})
         actor.setdefault("runtime_env", {"env_vars": env})
         if name == "Embedder" and settings.embedding_num_gpus and "num_gpus" not in actor:
             actor["num_gpus"] = settings.embedding_num_gpus

@@ -130,6 +130,12 @@ class ImportIn(_Body):
     mode: Literal["raw", "rules", "llm"] = "raw"
 
 
+class ConsolidateIn(_Body):
+    """A consolidation run for the caller's org, or one user of it."""
+
+    user_id: Identifier | None = None
+
+
 def dump(model: BaseModel) -> dict[str, Any]:
     """A request body as the plain dict the core validates (unset fields left out)."""
     return model.model_dump(exclude_unset=True)

@@ -139,6 +139,25 @@ def test_conversation_rules_extraction_supersedes_a_flip(api) -> None:
     assert old and "VS Code" in old[0]["content"]
 
 
+def test_consolidation_on_demand_and_schedule(api) -> None:
+    c, user = api("globex-admin"), _user()
+    c.post("/v1/memories", json={"memories": [
+        {"user_id": user, "content": "I mainly use Python for work."},
+        {"user_id": user, "content": "I mainly use Python for work!"},
+        {"user_id": user, "content": "My colleague hates Python."},
+    ]})
+    assert api("acme-writer").post("/v1/jobs/consolidate", json={}).status_code == 403
+    r = c.post("/v1/jobs/consolidate", json={"user_id": user})
+    assert r.status_code == 202
+    job = _wait_job(c, r.json()["job_id"])
+    assert job["state"] == "succeeded" and job["kind"] == "consolidation", job
+    active = c.get("/v1/memories", params={"user_id": user}).json()["memories"]
+    assert sorted(m["content"] for m in active) == ["I mainly use Python for work.", "My colleague hates Python."] or \
+        sorted(m["content"] for m in active) == ["I mainly use Python for work!", "My colleague hates Python."]
+    schedule = c.get("/v1/schedule").json()
+    assert schedule["enabled"] is True and schedule["next_run"]
+
+
 @pytest.mark.parametrize(
     "method, path, kwargs, status",
     [

@@ -74,6 +74,7 @@ class Settings(BaseSettings):
     embedder_timeout_s: float = Field(default=5.0, gt=0)
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)
+    writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
     max_body_bytes: int = Field(default=2_000_000, ge=1_024)
     rate_limit_per_minute: int = Field(default=0, ge=0)  # per API key and ingress replica; 0 = off
 

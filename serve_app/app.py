@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -191,6 +192,7 @@ class WriterDeployment:
         self._retries = metrics.commit_retries()
         self._loop_task: asyncio.Task[None] | None = None
         self._resumed = False
+        self._commits_since_optimize = 0
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -258,6 +260,15 @@ class WriterDeployment:
         self._commit_rows.observe(sum(len(op.records) for op in batch))
         self._retries.set(lance_store.commit_retries)
         self._writes.inc(sum(len(op.records) for op in batch))
+        self._commits_since_optimize += 1
+        if self._commits_since_optimize >= self._settings.writer_optimize_every:
+            # Each commit adds a small fragment that indexes do not cover yet; folding them in
+            # keeps id lookups and searches from slowing down as writes accumulate.
+            self._commits_since_optimize = 0
+            try:
+                self._service.store.optimize(retain=timedelta(hours=1))
+            except Exception:
+                log.exception("periodic optimize failed; writes continue")
         return [results[i] for i in range(len(batch))]
 
     async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:

@@ -146,7 +146,10 @@ def validate_rows(rows: Sequence[dict[str, Any]], service: MemoryService, org_id
         for turn_row in expand_paired(number, json.loads(item["row"])):
             try:
                 turn = parse_turn(number, turn_row, org_id)
-                counts = redactor.redact(turn.message.content).counts
+                counts = dict(redactor.redact(turn.message.content).counts)
+                for value in turn.message.metadata.values():
+                    if isinstance(value, str):
+                        _add_counts(counts, redactor.redact(value).counts)
                 record = service.message_records(
                     turn.org_id, turn.user_id, turn.session_id, [turn.message], agent_id=turn.agent_id
                 )[0]
@@ -589,7 +592,9 @@ def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, r
             writer.commit_messages(list(batch["message"]), service)
         return writer
     extracted = (
-        messages_only.groupby(["org_id", "user_id", "session_id"])
+        # Few partitions: a shuffle's cost grows with them, and sessions are small.
+        messages_only.groupby(["org_id", "user_id", "session_id"],
+                              num_partitions=max(1, min(4 * cpus, result.messages // 5_000 + 1)))
         .map_groups(_extract_group, fn_kwargs={"settings": settings}, batch_format="pyarrow")
         # Extraction is cheap; finishing it first leaves every core to the embedding actors.
         .materialize()

@@ -111,6 +111,16 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_reembed(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.importer import ensure_ray
+    from jobs.reembed import reembed
+
+    if args.address:
+        ensure_ray(args.address)
+    _print_json(reembed(settings, args.model, engine=args.engine, show_progress=sys.stderr.isatty()))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from agent_memory.evaluation import evaluate_recall, format_table, load_questions
     from agent_memory.history import import_history
@@ -177,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="auto", choices=["auto", "ray", "local"],
                    help="ray: Ray Data pipeline; local: in this process; auto: local for small local files")
     p.set_defaults(func=cmd_import)
+
+    p = data_command("reembed", "recompute every memory's vector with another model, then switch to it")
+    p.add_argument("--model", required=True, help="sentence-transformers name or path, or openai:<model>")
+    p.add_argument("--engine", default="ray", choices=["ray", "local"])
+    p.set_defaults(func=cmd_reembed)
 
     p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
     p.add_argument("--history", required=True)

@@ -576,7 +576,7 @@ def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, r
         .materialize()
     )
     totals = validated.select_columns(["reject", "redactions"]).take_all()
-    messages_only = validated.filter(lambda row: not row["reject"])
+    messages_only = validated.filter(expr="reject == ''")
     rejects = [json.loads(r["reject"]) for r in totals if r["reject"]]
     result.rows_read = len(totals)
     for row in totals:

@@ -57,8 +57,9 @@ def test_reembed_catches_up_and_switches(
     with pytest.raises(ConflictError) as running:
         service.recall("acme", {"user_id": "u1", "query": "cat"})
     assert running.value.code == "embedding_model_mismatch"
-    with pytest.raises(ConflictError, match="embedding_model|tiny-64"):
+    with pytest.raises(ConflictError, match="tiny-64") as reopened:
         LanceStore(settings.storage_uri, embedding_model=service.embedder.name, embedding_dim=384)
+    assert reopened.value.code == "embedding_model_mismatch"
 
     new_embedder = SentenceTransformerEmbedder(tiny_model)
     store = LanceStore(settings.storage_uri, embedding_model=new_embedder.name, embedding_dim=64)
@@ -88,5 +89,6 @@ def test_local_reembed_leaves_the_old_setting_refused(
     report = reembed(service.settings, tiny_model, engine="local")
     assert (report["memories"], report["embedded"], report["dim"]) == (5, 5, 64)
     # The settings still name the old model: opening the store with them is refused.
-    with pytest.raises(ConflictError, match="embedding_model"):
+    with pytest.raises(ConflictError, match="tiny-64") as refused:
         LanceStore(service.settings.storage_uri, embedding_model=service.embedder.name, embedding_dim=384)
+    assert refused.value.code == "embedding_model_mismatch"

@@ -695,8 +695,11 @@ def submit_import(
 ) -> str:
     """Record a queued `import` job and start it on the connected Ray cluster; return the job id.
 
-    The job runs as a detached Ray task (see `_import_task`) that updates its jobs row as it goes;
-    `GET /v1/jobs/{id}` reads that row. The caller must have Ray initialised (the Serve app has).
+    The job runs in a detached Ray actor (`ImportRunner`), so it outlives the replica or process
+    that submitted it, and it updates its jobs row as it goes; `GET /v1/jobs/{id}` reads that row.
+    The caller must have Ray initialised (the Serve app has). Ray's job-submission API is not
+    used: the local Ray that `agent-memory serve` and the tests start has no dashboard, hence no
+    job API, while an actor works the same on a laptop and on a cluster.
     """
     import ray
 
@@ -712,19 +715,28 @@ def submit_import(
                            "report": {"path": path, "mode": mode, "format": fmt}})
     options = ImportOptions(path=path, fmt=fmt, mode=mode, org_id=org_id, engine="ray", job_id=job_id,
                             show_progress=False)
-    # num_cpus=0: the driver task only commits; the pipeline's own stages reserve the CPUs.
-    task = ray.remote(num_cpus=0, max_retries=0)(_import_task)
-    task.remote(settings, options)
+    # num_cpus=0: the runner only drives and commits; the pipeline's own stages reserve the CPUs.
+    runner = ray.remote(num_cpus=0, max_restarts=0)(ImportRunner).options(
+        name=f"import-{job_id}", lifetime="detached"
+    ).remote()
+    runner.run.remote(settings, options)
     return job_id
 
 
-def _import_task(settings: Settings, options: ImportOptions) -> dict[str, Any]:
-    """A submitted import, run on the cluster; failures land in the jobs row."""
-    try:
-        return run_import(settings, options).as_dict()
-    except Exception as exc:  # the jobs row already says why; the task result is not awaited
-        log.warning("import job %s failed: %s", options.job_id, exc)
-        return {"error": str(exc)}
+class ImportRunner:
+    """The detached actor of a submitted import: runs it, then exits."""
+
+    def run(self, settings: Settings, options: ImportOptions) -> dict[str, Any]:
+        """Run the import (failures land in its jobs row) and end this actor."""
+        import ray
+
+        try:
+            return run_import(settings, options).as_dict()
+        except Exception as exc:  # the jobs row already says why; nobody awaits this result
+            log.warning("import job %s failed: %s", options.job_id, exc)
+            return {"error": str(exc)}
+        finally:
+            ray.actor.exit_actor()
 
 
 def main(argv: list[str] | None = None) -> int:

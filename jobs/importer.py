@@ -714,13 +714,20 @@ def submit_import(
                            "created_at": now, "updated_at": now, "error": None,
                            "report": {"path": path, "mode": mode, "format": fmt}})
     options = ImportOptions(path=path, fmt=fmt, mode=mode, org_id=org_id, engine="ray", job_id=job_id,
-                            show_progress=False)
+                            show_progress=False, report_path=str(job_report_dir(settings) / f"{job_id}.report.json"))
     # num_cpus=0: the runner only drives and commits; the pipeline's own stages reserve the CPUs.
     runner = ray.remote(num_cpus=0, max_restarts=0)(ImportRunner).options(
         name=f"import-{job_id}", lifetime="detached"
     ).remote()
     runner.run.remote(settings, options)
     return job_id
+
+
+def job_report_dir(settings: Settings) -> Path:
+    """Where submitted imports leave their report and rejects: beside a local store, else ./import-reports."""
+    if _is_local(settings.storage_uri):
+        return Path(settings.storage_uri.removeprefix("file://")).resolve().parent / "import-reports"
+    return Path("import-reports").resolve()
 
 
 class ImportRunner:

@@ -283,4 +283,5 @@ def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_se
         time.sleep(0.5)
     assert job["state"] == "succeeded", job.get("error")
     assert job["progress"] == 1.0 and job["report"]["memories_written"] == 50
+    assert Path(job["report"]["report_path"]).parent == tmp_path / "import-reports"
     assert store.get_job("other-org", job_id) is None

@@ -68,6 +68,8 @@ class ImportOptions:
     rejects_path: str | None = None
     job_id: str | None = None
     show_progress: bool = True
+    # Submitted over HTTP, a file may only write to the caller's org: rows naming another are rejected.
+    only_org: bool = False
 
 
 @dataclass
@@ -134,7 +136,9 @@ def _read_file_rows(batch: Any, kind: str) -> Any:
 # -- stage 2: validate and redact ---------------------------------------------------------------
 
 
-def validate_rows(rows: Sequence[dict[str, Any]], service: MemoryService, org_id: str) -> list[dict[str, Any]]:
+def validate_rows(
+    rows: Sequence[dict[str, Any]], service: MemoryService, org_id: str, *, only_org: bool = False
+) -> list[dict[str, Any]]:
     """Each read row as turns: a message-log row (JSON) or a redacted reject, with redaction counts."""
     out: list[dict[str, Any]] = []
     redactor = service.redactor
@@ -146,6 +150,8 @@ def validate_rows(rows: Sequence[dict[str, Any]], service: MemoryService, org_id
         for turn_row in expand_paired(number, json.loads(item["row"])):
             try:
                 turn = parse_turn(number, turn_row, org_id)
+                if only_org and turn.org_id != org_id:
+                    raise InvalidInputError(f"wrong_org: this import may only write to org {org_id!r}")
                 counts = dict(redactor.redact(turn.message.content).counts)
                 for value in turn.message.metadata.values():
                     if isinstance(value, str):
@@ -188,9 +194,9 @@ def _reject_row(number: int, reason: str, row: dict[str, Any] | None, redactor: 
             "reject": json.dumps(reject, ensure_ascii=False, default=str), "redactions": json.dumps(counts)}
 
 
-def _validate_batch(batch: Any, settings: Settings, org_id: str) -> Any:
+def _validate_batch(batch: Any, settings: Settings, org_id: str, only_org: bool) -> Any:
     service = MemoryService.row_builder(settings)
-    return _arrow(validate_rows(batch.to_pylist(), service, org_id), VALIDATED_COLUMNS)
+    return _arrow(validate_rows(batch.to_pylist(), service, org_id, only_org=only_org), VALIDATED_COLUMNS)
 
 
 def _arrow(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> Any:
@@ -493,7 +499,7 @@ def _run_local(settings: Settings, options: ImportOptions, result: ImportResult,
     kind = detect_format(options.path, options.fmt)
     rows = numbered_rows(_read_bytes(options.path, settings), kind)
     builder = MemoryService.row_builder(settings)
-    validated = validate_rows(rows, builder, options.org_id)
+    validated = validate_rows(rows, builder, options.org_id, only_org=options.only_org)
     messages, rejects = _split(validated, result)
     _write_rejects(rejects, rejects_path, result)
     extracted = raw_memory_rows(messages, builder) if options.mode == "raw" else []
@@ -571,7 +577,7 @@ def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, r
     # One file is one block: split it so validation uses every core.
     validated = (
         read.repartition(target_num_rows_per_block=VALIDATE_BATCH_ROWS)
-        .map_batches(_validate_batch, fn_kwargs={"settings": settings, "org_id": options.org_id},
+        .map_batches(_validate_batch, fn_kwargs={"settings": settings, "org_id": options.org_id, "only_org": options.only_org},
                      batch_size=None, batch_format="pyarrow")
         .materialize()
     )
@@ -714,7 +720,7 @@ def submit_import(
                            "created_at": now, "updated_at": now, "error": None,
                            "report": {"path": path, "mode": mode, "format": fmt}})
     options = ImportOptions(path=path, fmt=fmt, mode=mode, org_id=org_id, engine="ray", job_id=job_id,
-                            show_progress=False, report_path=str(job_report_dir(settings) / f"{job_id}.report.json"))
+                            show_progress=False, only_org=True, report_path=str(job_report_dir(settings) / f"{job_id}.report.json"))
     # num_cpus=0: the runner only drives and commits; the pipeline's own stages reserve the CPUs.
     runner = ray.remote(num_cpus=0, max_restarts=0)(ImportRunner).options(
         name=f"import-{job_id}", lifetime="detached"

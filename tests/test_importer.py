@@ -177,6 +177,16 @@ def test_planted_pii_reaches_neither_tables_nor_rejects(tmp_path: Path) -> None:
     assert "[EMAIL]" in dumped and "[BANK_CARD]" in dumped
 
 
+def test_an_org_bound_import_rejects_rows_of_other_orgs(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    path = tmp_path / "orgs.jsonl"
+    path.write_text("\n".join(json.dumps({"user_id": "u1", "role": "user", "content": f"turn {i}", "org_id": org,
+                                          "message_id": f"m{i}"}) for i, org in enumerate(["acme", "evil", "acme"])))
+    result = run_import(settings, _options(tmp_path, path, engine="local", org_id="acme", only_org=True))
+    assert (result.memories_written, result.rejects_by_reason) == (2, {"wrong_org": 1})
+    assert {r["org_id"] for r in _tables(settings)["messages"]} == {"acme"}
+
+
 def test_dry_run_shows_every_stage_and_writes_nothing(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _bad_file(tmp_path / "bad.jsonl")

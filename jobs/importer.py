@@ -581,12 +581,13 @@ def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, r
                      batch_size=None, batch_format="pyarrow")
         .materialize()
     )
-    totals = validated.select_columns(["reject", "redactions"]).take_all()
     messages_only = validated.filter(expr="reject == ''")
-    rejects = [json.loads(r["reject"]) for r in totals if r["reject"]]
-    result.rows_read = len(totals)
-    for row in totals:
-        _add_counts(result.redactions, json.loads(row["redactions"] or "{}"))
+    # Only rejects and rows with redactions come back to the driver: few, even for a huge file.
+    rejects = [json.loads(r["reject"]) for r in validated.filter(expr="reject != ''")
+               .select_columns(["reject"]).take_all()]
+    for row in validated.filter(expr="redactions != '{}'").select_columns(["redactions"]).take_all():
+        _add_counts(result.redactions, json.loads(row["redactions"]))
+    result.rows_read = validated.count()
     _write_rejects(rejects, rejects_path, result)
     result.messages = result.rows_read - result.rows_rejected
     writer = ImportWriter(settings, result, org_id=options.org_id, job_id=options.job_id, store=store)

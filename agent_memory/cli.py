@@ -94,12 +94,30 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
-    from agent_memory.history import import_history
+    from jobs.importer import ImportOptions, dry_run, ensure_ray, run_import
 
-    with build_service(settings) as service:
-        report = import_history(service, args.path, fmt=args.format, mode=args.mode, org_id=args.org_id)
-        service.store.optimize()
-    _print_json(report.as_dict())
+    options = ImportOptions(
+        path=args.path, fmt=args.format, mode=args.mode, org_id=args.org_id, engine=args.engine,
+        report_path=args.report, rejects_path=args.rejects, show_progress=sys.stderr.isatty(),
+    )
+    if args.dry_run:
+        _print_json(dry_run(settings, options))
+        return 0
+    if args.address:
+        ensure_ray(args.address)
+        options.engine = "ray"
+    result = run_import(settings, options)
+    _print_json(result.as_dict())
+    return 0
+
+
+def cmd_reembed(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.importer import ensure_ray
+    from jobs.reembed import reembed
+
+    if args.address:
+        ensure_ray(args.address)
+    _print_json(reembed(settings, args.model, engine=args.engine, show_progress=sys.stderr.isatty()))
     return 0
 
 
@@ -291,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet"])
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
+    p.add_argument("--dry-run", action="store_true", help="run the first 100 rows through every stage, write nothing")
+    p.add_argument("--report", default=None, help="report file (default: ./import-reports/<file>-<time>.report.json)")
+    p.add_argument("--rejects", default=None, help="rejects file (default: beside the report)")
+    p.add_argument("--engine", default="auto", choices=["auto", "ray", "local"],
+                   help="ray: Ray Data pipeline; local: in this process; auto: local for small local files")
     p.set_defaults(func=cmd_import)
 
     p = data_command("consolidate", "merge restatements, expire, decay and purge; then compact (all users)")
@@ -299,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="auto", choices=["auto", "ray", "local"],
                    help="Ray Data job, or in-process (auto: Ray above a few users)")
     p.set_defaults(func=cmd_consolidate, org_id=None)
+
+    p = data_command("reembed", "recompute every memory's vector with another model, then switch to it")
+    p.add_argument("--model", required=True, help="sentence-transformers name or path, or openai:<model>")
+    p.add_argument("--engine", default="ray", choices=["ray", "local"])
+    p.set_defaults(func=cmd_reembed)
 
     p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
     p.add_argument("--history", default=None)

@@ -4,13 +4,14 @@ each row into a conversation turn, and the in-process import used by `eval` and 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.models import Message, MessageRecord, check_identifier, parse_input
@@ -91,33 +92,57 @@ def read_rows(path: str | Path, fmt: Format = "auto") -> Iterator[tuple[int, dic
     kind = detect_format(path, fmt)
     if not Path(path).exists():
         raise InvalidInputError(f"no such file: {path}")
+    with open(path, "rb") as handle:
+        yield from read_stream(handle, kind)
+
+
+def read_stream(handle: BinaryIO, kind: Literal["jsonl", "csv", "parquet"]) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """Rows of an open binary history stream (a local file, or bytes read from object storage)."""
     if kind == "jsonl":
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                if not raw.strip():
-                    continue
-                if len(raw) > MAX_LINE_BYTES:
-                    yield number, None, f"line_too_long: {len(raw)} bytes (limit {MAX_LINE_BYTES})"
-                    continue
-                try:
-                    row = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    yield number, None, f"invalid_json: {exc}"
-                    continue
-                if not isinstance(row, dict):
-                    yield number, None, "invalid_json: a line must be a JSON object"
-                    continue
-                yield number, row, None
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            if len(raw) > MAX_LINE_BYTES:
+                yield number, None, f"line_too_long: {len(raw)} bytes (limit {MAX_LINE_BYTES})"
+                continue
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                yield number, None, f"invalid_json: {exc}"
+                continue
+            if not isinstance(row, dict):
+                yield number, None, "invalid_json: a line must be a JSON object"
+                continue
+            yield number, row, None
     elif kind == "csv":
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            for number, row in enumerate(reader, start=2):
+        text = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")
+        # A field over the limit must become a reject, not a csv.Error that ends the whole file.
+        csv.field_size_limit(max(csv.field_size_limit(), 4 * MAX_LINE_BYTES))
+        reader = csv.DictReader(text)
+        number = 1
+        try:
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except (csv.Error, UnicodeDecodeError) as exc:
+                    number += 1
+                    yield number, None, f"invalid_csv: {exc}"
+                    continue
+                number += 1
+                size = sum(len(v) for v in row.values() if isinstance(v, str))
+                if size > MAX_LINE_BYTES:
+                    yield number, None, f"line_too_long: {size} characters (limit {MAX_LINE_BYTES})"
+                    continue
                 yield number, {k: v for k, v in row.items() if k is not None and v not in (None, "")}, None
+        finally:
+            text.detach()
     else:
         import pyarrow.parquet as pq
 
         number = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for batch in pq.ParquetFile(handle).iter_batches(batch_size=4096):
             for row in batch.to_pylist():
                 number += 1
                 yield number, {k: v for k, v in row.items() if v is not None}, None
@@ -168,7 +193,8 @@ def parse_turn(number: int, row: dict[str, Any], default_org: str) -> ParsedTurn
             Message,
             {
                 "role": row.get("role"), "content": row.get("content"), "name": _text(row.get("name")),
-                "message_id": _text(row.get("message_id")), "created_at": created, "metadata": metadata,
+                "message_id": _text(row.get("message_id")) or (None if created else f"line-{number}"),
+                "created_at": created, "metadata": metadata,
             },
         )
     except InvalidInputError as exc:

@@ -79,6 +79,11 @@ class MemoryService:
         if defer_access:
             self.access.start()
 
+    @classmethod
+    def row_builder(cls, settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
+        """A service that only validates, redacts and keys rows (no store, no model): for batch workers."""
+        return cls(_NoStore(), None, settings, clock=clock, defer_access=False)
+
     def close(self) -> None:
         """Flush deferred access counts and stop background threads."""
         self.access.close()
@@ -252,7 +257,8 @@ class MemoryService:
             accepted.append((index, list(unique.values())))
             results.append(WriteResult([r.id for r in records], set()))
         new_records = list(fresh.values())
-        self.embed_records(new_records)
+        # Records embedded upstream (a batch job's actor pool) keep their vectors.
+        self.embed_records([r for r in new_records if r.vector is None])
         created = self.store.insert_memories(org_id, new_records) if new_records else set()
         # Creation events have deterministic ids: a retry after a crash between the two commits
         # completes the audit trail instead of duplicating it.
@@ -617,6 +623,19 @@ class MemoryService:
     def stats(self, org_id: str | None = None) -> dict[str, Any]:
         """What the store holds."""
         return self.store.stats(org_id)
+
+
+class _NoStore:
+    """The store of a row-building service: any storage call is a programming error, said clearly."""
+
+    embedding_model = ""
+    embedding_dim = 0
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise UnavailableError(f"this service only builds rows; it has no store to {name}")
+
+        return refuse
 
 
 def _ordered_id() -> str:

@@ -134,6 +134,20 @@ class Settings(BaseSettings):
     consolidation_interval_minutes: float | None = Field(default=None, gt=0)
     consolidation_daily_at: str = "03:00"
 
+    # Bulk import and re-embedding (Ray Data jobs, see jobs/importer.py)
+    # Local files that `POST /v1/jobs/import` may read live under this directory.
+    import_root: str = "./imports"
+    # Rows committed together: the checkpoint of a resumable import (each chunk is a few commits).
+    import_commit_rows: int = Field(default=5_000, ge=1)
+    # Local files up to this size import in-process: Ray Data's fixed cost is seconds.
+    import_local_max_bytes: int = Field(default=1_000_000, ge=0)
+    # Texts per call of the embedding actors (the model batches inside with embedding_batch_size).
+    import_embed_batch_rows: int = Field(default=512, ge=1)
+    # Embedding actors: CPUs and GPUs each; the pool grows to what the cluster can hold, up to the max.
+    import_embed_num_cpus: float = Field(default=1.0, gt=0)
+    import_embed_num_gpus: float = Field(default=0.0, ge=0)
+    import_embed_max_actors: int = Field(default=8, ge=1)
+
     @field_validator("storage_uri")
     @classmethod
     def _storage_uri_not_empty(cls, value: str) -> str:

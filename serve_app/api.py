@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -165,6 +166,21 @@ async def _request_context(request: Request, call_next: Any) -> Any:
         "status": response.status_code, "ms": round((time.perf_counter() - started) * 1000, 2),
     }))
     return response
+
+
+def resolve_import_path(path: str, root: str) -> str:
+    """An object-store URI as given, or a local path that must stay inside the import root."""
+    if "://" in path:
+        if not path.startswith(("s3://", "gs://", "az://")):
+            raise InvalidInputError("path must be an object-store URI (s3://...) or a file under the import root")
+        return path
+    base = Path(root).resolve()
+    target = (base / path).resolve()
+    if base != target and base not in target.parents:
+        raise InvalidInputError("path must stay inside the server's import root")
+    if not target.is_file():
+        raise NotFoundError(f"no file {path!r} under the import root")
+    return str(target)
 
 
 def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
@@ -346,14 +362,20 @@ class IngressDeployment:
         return {"messages": [r.model_dump(mode="json", exclude={"id", "org_id"}) for r in records]}
 
     @app.post("/v1/jobs/import", status_code=202, tags=["jobs"])
-    async def submit_import(self, body: ImportIn, caller: Caller) -> JSONResponse:
-        """Submit a bulk import to the cluster."""
-        caller.require("writer")
-        return JSONResponse(
-            {"error": {"code": "not_implemented", "message": "bulk import jobs are not available on this server yet; "
-                       "use `agent-memory import`"}},
-            status_code=501,
-        )
+    async def submit_import(self, body: ImportIn, caller: Caller) -> dict[str, str]:
+        """Submit a bulk import of a history file to the cluster; rows of other orgs are rejected.
+
+        `path` is an object-store URI (`s3://...`) or a file under the server's import root
+        (`AGENT_MEMORY_IMPORT_ROOT`): a client never names arbitrary server files.
+        """
+        caller.require("admin")
+        from jobs.importer import submit_import
+
+        path = resolve_import_path(body.path, self._settings.import_root)
+        job_id = await self._read(lambda: submit_import(
+            self._settings, path=path, fmt=body.format, mode=body.mode, org_id=caller.org_id, store=self._store
+        ))
+        return {"job_id": job_id}
 
     @app.post("/v1/jobs/consolidate", status_code=202, tags=["jobs"])
     async def consolidate(self, body: ConsolidateIn, caller: Caller) -> dict[str, str]:

@@ -265,7 +265,16 @@ class LanceStore:
         version = table.version  # honours the read-consistency interval: sees other writers
         with self._snapshot_lock:
             if self._snapshot_ds is None or self._snapshot_version != version:
-                self._snapshot_ds = table.to_lance()
+                dataset = table.to_lance()
+                # A re-embedding may have switched the table to another model under a running server.
+                recorded = (dataset.schema.metadata or {}).get(sc.MODEL_KEY, b"").decode()
+                if recorded and recorded != self.embedding_model:
+                    raise ConflictError(
+                        f"the store at {self.uri} now holds vectors of {recorded!r}, not {self.embedding_model!r}: "
+                        f"restart with AGENT_MEMORY_EMBEDDING_MODEL={recorded}",
+                        code="embedding_model_mismatch",
+                    )
+                self._snapshot_ds = dataset
                 self._snapshot_version = version
             return self._snapshot_ds
 

@@ -111,7 +111,8 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
         {"key": key, "org_id": org, "role": role, "name": key} for key, (org, role) in API_KEYS.items()
     ]}))
     settings = Settings(  # type: ignore[call-arg]
-        storage_uri=str(root / "lancedb"), api_keys_file=keys_file, max_body_bytes=200_000, _env_file=None
+        storage_uri=str(root / "lancedb"), api_keys_file=keys_file, max_body_bytes=200_000,
+        import_root=str(root / "imports"), _env_file=None
     )
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -139,6 +139,30 @@ def test_conversation_rules_extraction_supersedes_a_flip(api) -> None:
     assert old and "VS Code" in old[0]["content"]
 
 
+def test_import_job_over_http(api, serve_app) -> None:
+    import json
+    from pathlib import Path
+
+    root = Path(serve_app["settings"].import_root)
+    root.mkdir(parents=True, exist_ok=True)
+    user = _user()
+    rows = [{"user_id": user, "session_id": "s1", "role": "user", "content": f"imported fact number {i}",
+             "message_id": f"m{i}", "created_at": f"2025-03-0{i + 1}T10:00:00+00:00"} for i in range(3)]
+    rows.append({"user_id": user, "org_id": "globex", "role": "user", "content": "not mine", "message_id": "x"})
+    (root / f"{user}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    c = api()
+    assert c.post("/v1/jobs/import", json={"path": "../../etc/passwd"}).status_code == 422
+    assert c.post("/v1/jobs/import", json={"path": "missing.jsonl"}).status_code == 404
+    assert api("acme-writer").post("/v1/jobs/import", json={"path": f"{user}.jsonl"}).status_code == 403
+    r = c.post("/v1/jobs/import", json={"path": f"{user}.jsonl", "mode": "raw"})
+    assert r.status_code == 202, r.text
+    job = _wait_job(c, r.json()["job_id"])
+    assert job["state"] == "succeeded" and job["kind"] == "import", job
+    stored = c.get("/v1/memories", params={"user_id": user}).json()["memories"]
+    assert sorted(m["content"] for m in stored) == [f"imported fact number {i}" for i in range(3)]
+    assert job["report"]["rows_rejected"] == 1
+
+
 def test_consolidation_on_demand_and_schedule(api) -> None:
     c, user = api("globex-admin"), _user()
     c.post("/v1/memories", json={"memories": [

@@ -1,0 +1,121 @@
+"""Storage side of re-embedding: a staging table of new vectors, and the atomic switch of `memories`.
+
+The switch writes the whole `memories` table as one Lance overwrite commit (a new version of the
+same dataset): readers see either every old vector with the old model recorded, or every new
+vector with the new model recorded, never a mix. Indexes are rebuilt right after; until then Lance
+answers filters and full-text queries by scanning, so recall keeps working, only slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from agent_memory.errors import ConflictError
+from storage import schema as sc
+from storage.lance_store import LanceStore, _retrying
+
+STAGING = "memories_reembed"
+Embed = Callable[[Sequence[str]], tuple[np.ndarray, Sequence[float]]]
+
+
+def staging_schema(dim: int, model: str) -> pa.Schema:
+    """New vectors keyed by memory id, with the text they were computed from."""
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("index_text", pa.string(), nullable=False),
+            pa.field("oov", pa.float32(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+        ],
+        metadata={sc.MODEL_KEY: model.encode(), sc.DIM_KEY: str(dim).encode()},
+    )
+
+
+def open_staging(store: LanceStore, model: str, dim: int) -> Any:
+    """The staging table for `model`; a staging table left by a run for another model is replaced."""
+    db = store._db
+    if STAGING in db.table_names():
+        table = db.open_table(STAGING)
+        meta = table.schema.metadata or {}
+        if meta.get(sc.MODEL_KEY, b"").decode() == model and int(meta.get(sc.DIM_KEY, b"0")) == dim:
+            return table  # a killed run resumes: rows already staged are kept
+    return db.create_table(STAGING, schema=staging_schema(dim, model), mode="overwrite")
+
+
+def memory_texts(store: LanceStore) -> pa.Table:
+    """(id, index_text) of every memory, at the table's latest version."""
+    return store.table(sc.MEMORIES).to_lance().to_table(columns=["id", "index_text"])
+
+
+def stage(staging: Any, ids: Sequence[str], texts: Sequence[str], vectors: np.ndarray, oov: Sequence[float]) -> None:
+    """Upsert new vectors into the staging table (one commit)."""
+    if not len(ids):
+        return
+    data = pa.Table.from_pydict(
+        {"id": list(ids), "index_text": list(texts), "oov": np.asarray(oov, dtype=np.float32),
+         "vector": list(np.asarray(vectors, dtype=np.float32))},
+        schema=staging.schema,
+    )
+    _retrying(lambda: staging.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+              .execute(data), "stage vectors")
+
+
+def stale(store: LanceStore, staging: Any) -> pa.Table:
+    """Memories whose staged vector is missing or was computed from other text (written meanwhile)."""
+    current = memory_texts(store)
+    staged = staging.to_lance().to_table(columns=["id", "index_text"])
+    known = dict(zip(staged.column("id").to_pylist(), staged.column("index_text").to_pylist(), strict=True))
+    keep = [known.get(i) != t for i, t in zip(current.column("id").to_pylist(),
+                                              current.column("index_text").to_pylist(), strict=True)]
+    return current.filter(pa.array(keep, type=pa.bool_()))
+
+
+def switch(store: LanceStore, staging: Any, model: str, dim: int, embed: Embed, *, attempts: int = 5) -> int:
+    """Catch up rows written meanwhile, then replace `memories` with the new vectors in one commit.
+
+    Returns the number of rows caught up. Writes landing between the last read and the commit are
+    detected by the table version and the whole step is repeated.
+    """
+    table = store.table(sc.MEMORIES)
+    caught_up = 0
+    for _ in range(attempts):
+        missing = stale(store, staging)
+        if missing.num_rows:
+            texts = missing.column("index_text").to_pylist()
+            vectors, oov = embed(texts)
+            stage(staging, missing.column("id").to_pylist(), texts, vectors, oov)
+            caught_up += missing.num_rows
+        version = table.version
+        dataset = table.to_lance()
+        current = dataset.to_table(columns=[c for c in dataset.schema.names if c != "vector"])
+        staged = staging.to_lance().to_table()
+        by_id = {i: n for n, i in enumerate(staged.column("id").to_pylist())}
+        texts_staged = staged.column("index_text").to_pylist()
+        order = []
+        for memory_id, text in zip(current.column("id").to_pylist(), current.column("index_text").to_pylist(),
+                                   strict=True):
+            row = by_id.get(memory_id)
+            if row is None or texts_staged[row] != text:
+                break
+            order.append(row)
+        if len(order) != current.num_rows or table.version != version:
+            continue  # written meanwhile: catch up again
+        picked = staged.take(pa.array(order, type=pa.int64()))
+        new_schema = sc.memories_schema(dim, model)
+        columns = {name: current.column(name) for name in current.column_names}
+        columns["oov"] = picked.column("oov")
+        columns["vector"] = picked.column("vector")
+        data = pa.Table.from_arrays([columns[f.name] for f in new_schema], schema=new_schema)
+        if table.version != version:
+            continue
+        new_table = store._db.create_table(sc.MEMORIES, data, schema=new_schema, mode="overwrite")
+        store._tables[sc.MEMORIES] = new_table
+        store.embedding_model, store.embedding_dim = model, dim
+        store._create_indexes(new_table, sc.MEMORIES)
+        store._db.drop_table(STAGING)
+        return caught_up
+    raise ConflictError("memories kept changing during the switch; run reembed again", code="reembed_busy")

@@ -1,0 +1,94 @@
+"""Re-embedding with another model: snapshot on Ray, catch-up of writes made meanwhile, atomic switch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from agent_memory.embedding import SentenceTransformerEmbedder, bundled_model_path
+from agent_memory.errors import ConflictError, InvalidInputError
+from agent_memory.models import Scope
+from agent_memory.service import MemoryService
+from jobs.reembed import Reembedding, reembed
+from storage import LanceStore
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A second model built here: the bundled encoder with a seeded random 384->64 projection."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    torch.manual_seed(7)
+    base = SentenceTransformer(bundled_model_path(), device="cpu")
+    dense = models.Dense(in_features=384, out_features=64, activation_function=torch.nn.Identity())
+    path = tmp_path_factory.mktemp("models") / "tiny-64"
+    SentenceTransformer(modules=[base[0], base[1], dense], device="cpu").save(str(path))
+    return str(path)
+
+
+FACTS = [
+    "I prefer Python for backend services",
+    "My daughter's birthday is on March 3rd",
+    "Refunds above 500 euros need two approvals",
+    "I am allergic to peanuts",
+    "We deploy on Fridays only in emergencies",
+]
+
+
+def test_reembed_catches_up_and_switches(
+    make_service: Callable[..., MemoryService], tiny_model: str, ray_session: None
+) -> None:
+    service = make_service()
+    ids = service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS]).ids
+    settings = service.settings
+    job = Reembedding(settings.model_copy(update={"import_commit_rows": 2}), tiny_model)
+    assert job.snapshot(engine="ray") == 5
+
+    # During the job: recall still answers from the old vectors, and writes keep landing.
+    assert service.recall("acme", {"user_id": "u1", "query": "peanut allergy"}).memories[0].content == FACTS[3]
+    new_id = service.add("acme", {"user_id": "u1", "content": "I adopted a cat named Miso"})
+    service.update(Scope.user("acme", "u1"), ids[0], {"content": "I now prefer Rust for backend services"})
+    assert job.switch() == 2
+
+    # The old model is no longer in force: a running service and a fresh open both say so.
+    with pytest.raises(ConflictError) as running:
+        service.recall("acme", {"user_id": "u1", "query": "cat"})
+    assert running.value.code == "embedding_model_mismatch"
+    with pytest.raises(ConflictError, match="tiny-64") as reopened:
+        LanceStore(settings.storage_uri, embedding_model=service.embedder.name, embedding_dim=384)
+    assert reopened.value.code == "embedding_model_mismatch"
+
+    new_embedder = SentenceTransformerEmbedder(tiny_model)
+    store = LanceStore(settings.storage_uri, embedding_model=new_embedder.name, embedding_dim=64)
+    rows = store.table("memories").to_arrow().to_pylist()
+    assert len(rows) == 6 and {r["id"] for r in rows} == {*ids, new_id}
+    expected = new_embedder.embed_batch([r["index_text"] for r in rows])
+    assert np.allclose(np.array([r["vector"] for r in rows]), expected, atol=1e-4)
+    assert store.stats(None)["embedding_model"] == new_embedder.name
+    with MemoryService(store, new_embedder, settings, defer_access=False) as fresh:
+        hits = fresh.recall("acme", {"user_id": "u1", "query": "Miso the cat"}).memories
+        assert hits[0].id == new_id
+        assert fresh.get(Scope.user("acme", "u1"), ids[0]).content.startswith("I now prefer Rust")
+
+
+def test_reembed_to_the_model_in_force_is_refused(make_service: Callable[..., MemoryService]) -> None:
+    service = make_service()
+    service.add("acme", {"user_id": "u1", "content": FACTS[0]})
+    with pytest.raises(InvalidInputError, match="already"):
+        reembed(service.settings, service.settings.embedding_model, engine="local")
+
+
+def test_local_reembed_leaves_the_old_setting_refused(
+    make_service: Callable[..., MemoryService], tiny_model: str
+) -> None:
+    service = make_service()
+    service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS])
+    report = reembed(service.settings, tiny_model, engine="local")
+    assert (report["memories"], report["embedded"], report["dim"]) == (5, 5, 64)
+    # The settings still name the old model: opening the store with them is refused.
+    with pytest.raises(ConflictError, match="tiny-64") as refused:
+        LanceStore(service.settings.storage_uri, embedding_model=service.embedder.name, embedding_dim=384)
+    assert refused.value.code == "embedding_model_mismatch"

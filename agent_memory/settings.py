@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     # Background extraction: jobs waiting or running before submissions are refused (HTTP 429).
     conversation_queue_size: int = Field(default=256, ge=1)
     extraction_concurrency: int = Field(default=1, ge=1, le=64)
-    extraction_worker_cpus: float = Field(default=0.5, ge=0)
+    extraction_worker_cpus: float = Field(default=0.25, ge=0)
     extraction_job_attempts: int = Field(default=3, ge=1, le=20)
     extraction_retry_backoff_s: float = Field(default=5.0, ge=0)
 

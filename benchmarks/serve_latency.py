@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,6 +35,7 @@ from agent_memory.text import keyword_text  # noqa: E402
 from benchmarks.common import summarize, write_result  # noqa: E402
 from benchmarks.recall_latency import QUERIES, SUBJECTS, TEMPLATES  # noqa: E402
 from storage import LanceStore  # noqa: E402
+from storage.schema import memory_row  # noqa: E402
 
 
 def populate(store: LanceStore, memories: int, users: int, dim: int, seed: int) -> float:
@@ -61,7 +63,9 @@ def populate(store: LanceStore, memories: int, users: int, dim: int, seed: int) 
                 valid_from=created, valid_to=None, created_at=created, updated_at=created, last_accessed_at=None,
                 access_count=0, expires_at=None, source_ids=[], metadata={}, oov=0.0, origin_hash="",
                 vector=vectors[j].tolist()))
-        store.insert_memories("default", batch)
+        # Fresh synthetic rows: a plain append (the service's insert-if-absent is not under test here).
+        table = store.table("memories")
+        table.add(pa.Table.from_pylist([memory_row(r) for r in batch], schema=table.schema))
         print(f"  inserted {start + n:,} rows", flush=True)
     store.optimize(retain=timedelta(0))
     return time.perf_counter() - started

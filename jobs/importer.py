@@ -383,15 +383,14 @@ def choose_engine(options: ImportOptions, settings: Settings) -> Literal["ray", 
 
 
 def _require_extractor(mode: str) -> Callable[..., Any] | None:
+    """None for `raw`; the extraction entry point for `rules` and `llm`; an error for anything else."""
     if mode == "raw":
         return None
-    try:
-        from agent_memory.extraction import extract_and_store  # type: ignore[import-not-found]
-    except ImportError:
-        raise InvalidInputError(
-            f"mode {mode!r} needs the extraction module, which this installation lacks; use --mode raw"
-        ) from None
-    return extract_and_store  # type: ignore[no-any-return]
+    if mode not in ("rules", "llm"):
+        raise InvalidInputError(f"mode must be raw, rules or llm, not {mode!r}")
+    from agent_memory.extraction import extract_and_store
+
+    return extract_and_store
 
 
 def _report_paths(options: ImportOptions) -> tuple[Path, Path]:
@@ -558,6 +557,24 @@ def _embed_pool(settings: Settings) -> tuple[int, int]:
     return 1, top
 
 
+def _embed_cpus(settings: Settings) -> float:
+    """CPUs each embedding actor reserves, leaving one free CPU for the pipeline's tasks.
+
+    Ray Data's tasks (repartitions, reads) reserve a whole CPU each; where Serve replicas or
+    extraction workers already hold part of the node, an actor that took the rest would starve
+    them and the job would wait forever. Too little room is a clear error instead.
+    """
+    import ray
+
+    free = float(ray.available_resources().get("CPU", 0.0))
+    if free < 1.1:
+        raise UnavailableError(
+            f"only {free:.2f} CPUs are free on the Ray cluster; an import needs more than one "
+            "(stop other jobs, or run it with --engine local)"
+        )
+    return min(settings.import_embed_num_cpus, round(free - 1.0, 2))
+
+
 def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, rejects_path: Path,
              store: Any, jobs: _JobRow | None) -> ImportWriter:
     """The pipeline on Ray Data; the driver commits the embedded stream chunk by chunk."""
@@ -614,7 +631,7 @@ def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, r
         compute=ActorPoolStrategy(min_size=low, max_size=max(low, min(high, cpus))
                                   if settings.import_embed_num_gpus == 0 else high),
         batch_size=settings.import_embed_batch_rows,
-        num_cpus=settings.import_embed_num_cpus,
+        num_cpus=_embed_cpus(settings) if settings.import_embed_num_gpus == 0 else settings.import_embed_num_cpus,
         num_gpus=settings.import_embed_num_gpus or None,
         batch_format="numpy",
     )

@@ -203,8 +203,8 @@ def test_dry_run_shows_every_stage_and_writes_nothing(tmp_path: Path) -> None:
 def test_unknown_mode_and_format_are_clear_errors_and_write_nothing(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _sample(tmp_path / "h.jsonl", 5)
-    with pytest.raises(InvalidInputError, match="extraction"):
-        run_import(settings, _options(tmp_path, path, mode="rules", engine="local"))
+    with pytest.raises(InvalidInputError, match="mode"):
+        run_import(settings, _options(tmp_path, path, mode="psychic", engine="local"))
     with pytest.raises(InvalidInputError, match="format"):
         run_import(settings, _options(tmp_path, tmp_path / "h.txt", engine="local"))
     with pytest.raises(InvalidInputError, match="no such file"):
@@ -295,3 +295,24 @@ def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_se
     assert job["progress"] == 1.0 and job["report"]["memories_written"] == 50
     assert Path(job["report"]["report_path"]).parent == tmp_path / "import-reports"
     assert store.get_job("other-org", job_id) is None
+
+
+def test_rules_mode_import_stores_only_extracted_facts(tmp_path: Path) -> None:
+    path = tmp_path / "rules.jsonl"
+    rows = [
+        {"user_id": "r1", "session_id": "s1", "role": "user", "content": "Hi there, nice weather today!",
+         "message_id": "a", "created_at": "2025-01-02T10:00:00+00:00"},
+        {"user_id": "r1", "session_id": "s1", "role": "user", "content": "I prefer Neovim for all my coding.",
+         "message_id": "b", "created_at": "2025-01-02T10:01:00+00:00"},
+        {"user_id": "r1", "session_id": "s1", "role": "user", "content": "以后都用中文回答我。",
+         "message_id": "c", "created_at": "2025-01-02T10:02:00+00:00"},
+    ]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
+    settings = _settings(tmp_path)
+    result = run_import(settings, _options(tmp_path, path, mode="rules", engine="local"))
+    assert result.messages == 3
+    store = LanceStore(settings.storage_uri, embedding_model=None, embedding_dim=None)
+    memories = store.table("memories").to_arrow().to_pylist()
+    contents = " ".join(m["content"] for m in memories)
+    assert "Neovim" in contents and "中文" in contents and "weather" not in contents
+    assert store.table("messages").count_rows() == 3

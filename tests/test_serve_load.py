@@ -42,7 +42,7 @@ def _run_load(serve_app: dict, tag: str, during: callable | None = None) -> tupl
     url = str(serve_app["url"])
     headers = {"Authorization": "Bearer acme-admin"}
     users = [f"load-{tag}-{k}" for k in range(WRITERS)]
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     stop = threading.Event()
     searches = {"ok": 0, "bad": 0}
 

@@ -25,7 +25,7 @@ import numpy as np
 from agent_memory.embedding import Embedder, build_embedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
-from jobs.importer import EmbedMemories, _embed_pool, embed_batch, ensure_ray
+from jobs.importer import EmbedMemories, _embed_cpus, _embed_pool, embed_batch, ensure_ray
 
 Engine = Literal["ray", "local"]
 
@@ -79,7 +79,9 @@ class Reembedding:
             ).map_batches(
                 EmbedMemories, fn_constructor_kwargs={"settings": self.target},
                 compute=ActorPoolStrategy(min_size=low, max_size=high),
-                batch_size=self.settings.import_embed_batch_rows, num_cpus=self.settings.import_embed_num_cpus,
+                batch_size=self.settings.import_embed_batch_rows,
+                num_cpus=_embed_cpus(self.settings) if not self.settings.import_embed_num_gpus
+                else self.settings.import_embed_num_cpus,
                 num_gpus=self.settings.import_embed_num_gpus or None, batch_format="numpy",
             )
             for batch in dataset.iter_batches(batch_size=step, batch_format="numpy"):

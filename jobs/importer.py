@@ -558,21 +558,18 @@ def _embed_pool(settings: Settings) -> tuple[int, int]:
 
 
 def _embed_cpus(settings: Settings) -> float:
-    """CPUs each embedding actor reserves, leaving one free CPU for the pipeline's tasks.
+    """CPUs each embedding actor reserves: the setting, or less where the node is partly taken.
 
     Ray Data's tasks (repartitions, reads) reserve a whole CPU each; where Serve replicas or
-    extraction workers already hold part of the node, an actor that took the rest would starve
-    them and the job would wait forever. Too little room is a clear error instead.
+    extraction workers already hold part of the node, actors that took the rest would starve
+    those tasks and the job would wait forever, so they shrink to leave a CPU free.
     """
     import ray
 
     free = float(ray.available_resources().get("CPU", 0.0))
-    if free < 1.1:
-        raise UnavailableError(
-            f"only {free:.2f} CPUs are free on the Ray cluster; an import needs more than one "
-            "(stop other jobs, or run it with --engine local)"
-        )
-    return min(settings.import_embed_num_cpus, round(free - 1.0, 2))
+    if free >= settings.import_embed_num_cpus + 1.0:
+        return settings.import_embed_num_cpus
+    return max(0.1, round(min(settings.import_embed_num_cpus, free - 1.0), 2))
 
 
 def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, rejects_path: Path,

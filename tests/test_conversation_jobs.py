@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,21 @@ def env(tmp_path_factory: pytest.TempPathFactory, ray_session: None, embedder: A
     service = MemoryService(store, embedder, settings, defer_access=False)
     yield settings, service
     service.close()
+    _release_extraction_actors()
+
+
+def _release_extraction_actors() -> None:
+    """Detached schedulers and workers outlive a test; free their CPUs for the modules after this one."""
+    import ray
+
+    from jobs.conversations import NAMESPACE
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == NAMESPACE:
+            ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _conversation(service: MemoryService, user: str, session: str, *texts: str) -> list[Any]:

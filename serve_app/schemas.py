@@ -10,7 +10,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_memory.models import Identifier, MemoryType, Metadata, MetadataValue, Role, Text, Unit, UtcDatetime
+from agent_memory.models import (
+    Identifier,
+    MemoryPatch,
+    MemoryType,
+    Message,
+    Metadata,
+    SearchQuery,
+    Text,
+    Unit,
+    UtcDatetime,
+)
 
 
 class _Body(BaseModel):
@@ -50,8 +60,8 @@ class MemoryBatchIn(_Body):
     memories: list[MemoryIn] = Field(min_length=1)
 
 
-class SearchIn(_Body):
-    """A recall request."""
+class SearchIn(SearchQuery):
+    """A recall request (the core's SearchQuery, with examples for /docs)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -63,40 +73,13 @@ class SearchIn(_Body):
         },
     )
 
-    user_id: Identifier
-    query: Text
-    top_k: int = Field(default=10, ge=1, le=200)
-    memory_types: list[MemoryType] | None = None
-    scope: Literal["user", "team"] = "user"
-    team_id: Identifier | None = None
-    agent_id: Identifier | None = None
-    session_id: Identifier | None = None
-    filters: dict[str, MetadataValue] | None = None
-    since: UtcDatetime | None = None
-    until: UtcDatetime | None = None
-    min_score: Unit | None = None
-    mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
+
+class PatchIn(MemoryPatch):
+    """Fields to change in place (the core's MemoryPatch)."""
 
 
-class PatchIn(_Body):
-    """Fields to change in place."""
-
-    content: Text | None = None
-    memory_type: MemoryType | None = None
-    importance: Unit | None = None
-    metadata: Metadata | None = None
-    expires_at: UtcDatetime | None = None
-
-
-class MessageIn(_Body):
-    """One conversation turn."""
-
-    role: Role
-    content: Text
-    name: Identifier | None = None
-    message_id: Identifier | None = None
-    created_at: UtcDatetime | None = None
-    metadata: Metadata = Field(default_factory=dict)
+class MessageIn(Message):
+    """One conversation turn (the core's Message)."""
 
 
 class ConversationIn(_Body):

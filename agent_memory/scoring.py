@@ -9,6 +9,8 @@ Recency is one bounded term, so an old but relevant fact is never buried by age 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -64,6 +66,32 @@ def keyword_scores(bm25: dict[str, float]) -> dict[str, float]:
     if top <= 0:
         return {k: 0.0 for k in bm25}
     return {k: v / top for k, v in bm25.items()}
+
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def bm25(query: Sequence[str], documents: Sequence[Sequence[str]]) -> list[float]:
+    """Okapi BM25 of each document for the query terms, with the statistics of `documents` alone.
+
+    The formula of the store's full-text index (idf = ln(1 + (N - n + 0.5) / (n + 0.5)), k1 1.2,
+    b 0.75); a query term counts once however often it is asked.
+    """
+    if not documents:
+        return []
+    wanted = set(query)
+    lengths = [len(d) for d in documents]
+    average = (sum(lengths) / len(lengths)) or 1.0
+    frequencies = [Counter(t for t in d if t in wanted) for d in documents]
+    df = Counter(t for tf in frequencies for t in tf)
+    n = len(documents)
+    idf = {t: math.log(1 + (n - k + 0.5) / (k + 0.5)) for t, k in df.items()}
+    scores = []
+    for tf, length in zip(frequencies, lengths, strict=True):
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
+        scores.append(sum(idf[t] * f * (BM25_K1 + 1) / (f + norm) for t, f in tf.items()))
+    return scores
 
 
 def readable_share(query_oov: float, memory_oov: float, full_share: float) -> float:

@@ -491,22 +491,17 @@ class MemoryService:
                 if q.mode == "dense":
                     raise
                 degraded = True
-        dense: list[Candidate] = []
-        if query_vector is not None:
-            # Deep enough to cover every memory of a typical user, so that a keyword hit almost
-            # always has its true similarity; flat search costs the same at any depth.
-            depth = max(pool, self.settings.recall_dense_depth)
-            dense = self.store.vector_search(scope, query_vector, recall_filter, depth)
-        # Sequential on purpose: on a 2-core machine, BM25 in a thread beside the model's own
-        # threads slowed the embedding more than it saved (measured in benchmarks/recall_latency.py).
-        lexical: list[Candidate] = []
-        if q.mode != "dense" and keywords:
-            lexical = self.store.keyword_search(scope, keywords, recall_filter, pool)
-        ranked = self._rank(dense, lexical, query_oov, now, q.mode if not degraded else "keyword")
+        # Vector top-N deep enough to cover every memory of a typical user, so that a keyword hit
+        # almost always has its true similarity; flat search costs the same at any depth.
+        found = self.store.search(
+            scope, query_vector, keywords if q.mode != "dense" else "", recall_filter,
+            dense_limit=max(pool, self.settings.recall_dense_depth), keyword_limit=pool,
+        )
+        ranked = self._rank(found.dense, found.lexical, query_oov, now, q.mode if not degraded else "keyword")
         if q.min_score is not None:
             ranked = [r for r in ranked if r[1] >= q.min_score]
         ranked = ranked[: q.top_k]
-        records = {r.id: r for r in self.store.recall_records(scope, [memory_id_ for memory_id_, _, _ in ranked])}
+        records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
         hits = [
             _hit(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records
         ]

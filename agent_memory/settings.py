@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     recency_half_life_days: float = Field(default=180.0, gt=0)
     recall_candidates: int = Field(default=50, ge=1, le=1_000)
     recall_dense_depth: int = Field(default=200, ge=1, le=10_000)
+    # A user with at most this many matching memories is scored in process from one scan;
+    # larger scopes use the store's vector and full-text indexes (benchmarks/recall_latency.py).
+    recall_scan_limit: int = Field(default=2_000, ge=0, le=100_000)
     # Share of [UNK] tokens above which the embedding model is taken not to read a text at all.
     oov_full_share: float = Field(default=0.5, gt=0, le=1)
     # Preceding turns folded into a message-derived memory's index_text.

@@ -6,7 +6,7 @@ without saying whose data it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -42,6 +42,19 @@ class Candidate:
     created_at: datetime
     importance: float
     oov: float
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """What both retrievers found, and how to read the display fields of the memories kept.
+
+    `records` reads from what the search already holds where it can (a scanned user's rows), so
+    that a recall reads the store once.
+    """
+
+    dense: list[Candidate]
+    lexical: list[Candidate]
+    records: Callable[[Sequence[str]], list[MemoryRecord]]
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,19 @@ class MemoryStore(Protocol):
 
     def delete_memories(self, scope: Scope, ids: Sequence[str]) -> int:
         """Delete rows of the scope by id; return how many were deleted."""
+        ...
+
+    def search(
+        self,
+        scope: Scope,
+        vector: np.ndarray | None,
+        keywords: str,
+        recall_filter: RecallFilter,
+        *,
+        dense_limit: int,
+        keyword_limit: int,
+    ) -> Retrieved:
+        """Both retrievers at once: vector top-`dense_limit` and BM25 top-`keyword_limit`; None skips vectors."""
         ...
 
     def vector_search(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 # Word tokens stop where a CJK run starts, so "从Emacs换成Zed了" splits into its words and bigrams.
@@ -48,6 +49,37 @@ def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
 def keyword_text(text: str) -> str:
     """The whitespace-joined terms the full-text index stores and the query is matched with."""
     return " ".join(terms(text))
+
+
+# The full-text index's analyser (storage/lance_store.py `_FTS`): whitespace tokens, lower-cased,
+# English-stemmed, ASCII-folded, tokens over 40 bytes dropped. `index_terms` applies the same steps
+# where BM25 is computed in process, so that both places score the same terms.
+_MAX_TOKEN_BYTES = 40
+
+
+@lru_cache(maxsize=1)
+def _stemmer():  # type: ignore[no-untyped-def]
+    import Stemmer  # PyStemmer: the Snowball English stemmer the index's tokenizer also uses
+
+    return Stemmer.Stemmer("english")
+
+
+def _fold(text: str) -> str:
+    """Drop accents (café -> cafe); CJK and plain ASCII pass unchanged."""
+    if text.isascii():
+        return text
+    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return unicodedata.normalize("NFC", folded)
+
+
+@lru_cache(maxsize=65_536)
+def index_terms(keywords: str) -> tuple[str, ...]:
+    """The terms the full-text index keeps of a `keyword_text` (cached: a user's rows recur)."""
+    tokens = [t for t in keywords.lower().split() if len(t.encode()) <= _MAX_TOKEN_BYTES]
+    stemmed = _stemmer().stemWords(tokens)
+    if keywords.isascii():
+        return tuple(stemmed)
+    return tuple(_fold(t) for t in stemmed)
 
 
 def cjk_share(text: str) -> float:

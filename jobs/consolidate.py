@@ -154,7 +154,7 @@ def run_consolidation(
         report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
         report.update(_totals(users, dry_run))
         if not dry_run:
-            optimized = store.optimize(retain=timedelta(hours=settings.consolidation_keep_versions_hours))
+            optimized = store.optimize(retain=timedelta(hours=settings.consolidation_keep_versions_hours), cluster=True)
             report["tables"] = optimized
         else:
             report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import warnings
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -21,12 +21,15 @@ from typing import Any, TypeVar
 import lancedb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from lancedb.index import FTS, Bitmap, BTree, LabelList
 
+from agent_memory import scoring
 from agent_memory.errors import ConflictError, InvalidInputError, UnavailableError
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope
 from agent_memory.settings import Settings
-from agent_memory.store import Candidate, Page, RecallFilter
+from agent_memory.store import Candidate, Page, RecallFilter, Retrieved
+from agent_memory.text import index_terms
 from storage import schema as sc
 from storage.filters import Where, literal, metadata_term, scoped
 
@@ -36,10 +39,15 @@ T = TypeVar("T")
 # What fusion needs from each retriever; reading few columns of scattered rows is what keeps
 # a search cheap (each extra column is another random read per row).
 CANDIDATE_COLUMNS = ["id", "created_at", "importance", "oov"]
+# The physical order `cluster` gives memories: one user's rows together, oldest first.
+CLUSTER_ORDER = ["org_id", "user_id", "created_at"]
 DISPLAY_COLUMNS = [
     "id", "org_id", "team_id", "user_id", "agent_id", "session_id", "content", "memory_type",
     "created_at", "source_ids", "metadata",
 ]
+# A per-user scan reads what fusion needs and what a hit shows: once the user's rows are found,
+# more columns of them cost little next to a second query.
+SCAN_COLUMNS = sorted({*CANDIDATE_COLUMNS, *DISPLAY_COLUMNS, "keywords"})
 _FTS = FTS(base_tokenizer="whitespace", lower_case=True, stem=True, remove_stop_words=False, ascii_folding=True)
 INDEXES: dict[str, list[tuple[str, Any]]] = {
     sc.MEMORIES: [
@@ -50,6 +58,8 @@ INDEXES: dict[str, list[tuple[str, Any]]] = {
     sc.EVENTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
     sc.JOBS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
 }
+# Users found to hold more rows than the in-process scan takes; they go to Lance's searches.
+LARGE_SCOPES_KEPT = 10_000
 _RETRIES = 6
 # Commit conflicts retried in this process, for the serving layer's metrics.
 commit_retries = 0
@@ -82,8 +92,12 @@ class LanceStore:
         embedding_dim: int | None,
         storage_options: dict[str, str] | None = None,
         read_consistency: timedelta | None = timedelta(0),
+        scan_limit: int = 2_000,
     ) -> None:
         self.uri = uri
+        self.scan_limit = scan_limit
+        self._storage_options = storage_options or None
+        self._large_scopes: OrderedDict[tuple[str, str | None], None] = OrderedDict()
         try:
             self._db = lancedb.connect(
                 uri, storage_options=storage_options or None, read_consistency_interval=read_consistency
@@ -241,7 +255,7 @@ class LanceStore:
             _retrying(lambda: table.delete(where), "delete")
         return count
 
-    def _recall_where(self, scope: Scope, recall_filter: RecallFilter) -> Where:
+    def _recall_where(self, scope: Scope, recall_filter: RecallFilter, *, expiry: bool = True) -> Where:
         where = scoped(scope).eq("status", recall_filter.status)
         if recall_filter.memory_types:
             where.isin("memory_type", recall_filter.memory_types)
@@ -249,7 +263,7 @@ class LanceStore:
             where.ge("created_at", recall_filter.since)
         if recall_filter.until is not None:
             where.lt("created_at", recall_filter.until + timedelta(microseconds=1))
-        if recall_filter.now is not None:
+        if expiry and recall_filter.now is not None:
             where.null_or_gt("expires_at", recall_filter.now)
         if recall_filter.metadata:
             where.has_all("metadata_kv", [metadata_term(k, v) for k, v in sorted(recall_filter.metadata.items())])
@@ -278,6 +292,49 @@ class LanceStore:
                 self._snapshot_version = version
             return self._snapshot_ds
 
+    def search(
+        self,
+        scope: Scope,
+        vector: np.ndarray | None,
+        keywords: str,
+        recall_filter: RecallFilter,
+        *,
+        dense_limit: int,
+        keyword_limit: int,
+    ) -> Retrieved:
+        """Both retrievers inside the prefiltered rows: vector top-`dense_limit`, BM25 top-`keyword_limit`.
+
+        A user's memories are few: one scan reads them with their vectors and keyword terms, and
+        cosine and BM25 (over that user's rows) are computed here. That is one read instead of two
+        searches, each of which would find the same rows again (see benchmarks/recall_latency.py).
+        Wider scopes, and users with more than `scan_limit` matching rows, use Lance's flat vector
+        search and full-text index.
+        """
+        query_terms = index_terms(keywords) if keywords.strip() else ()
+        key = (scope.org_id, scope.user_id)
+        if scope.user_id is not None and key not in self._large_scopes:
+            # Expiry is checked here rather than in the filter: Lance evaluates it by re-reading the
+            # rows the indexes found, which costs more than reading one more column (measured).
+            columns = [*SCAN_COLUMNS, "expires_at"] + (["vector"] if vector is not None else [])
+            result = self._snapshot().to_table(
+                columns=columns, filter=self._recall_where(scope, recall_filter, expiry=False).render(),
+                limit=self.scan_limit + 1,
+            )
+            if result.num_rows <= self.scan_limit:
+                if recall_filter.now is not None:
+                    expires = result.column("expires_at")
+                    live = pc.or_kleene(pc.is_null(expires), pc.greater(expires, pa.scalar(recall_filter.now, expires.type)))
+                    result = result.filter(live)
+                dense, lexical = _scanned_candidates(result, vector, query_terms, dense_limit, keyword_limit)
+                return Retrieved(dense, lexical, lambda ids: _display_records(result, ids))
+            with self._snapshot_lock:
+                self._large_scopes[key] = None
+                if len(self._large_scopes) > LARGE_SCOPES_KEPT:
+                    self._large_scopes.popitem(last=False)
+        dense = self.vector_search(scope, vector, recall_filter, dense_limit) if vector is not None else []
+        lexical = self.keyword_search(scope, keywords, recall_filter, keyword_limit) if query_terms else []
+        return Retrieved(dense, lexical, lambda ids: self.recall_records(scope, ids))
+
     def vector_search(self, scope: Scope, vector: np.ndarray, recall_filter: RecallFilter, limit: int) -> list[Candidate]:
         """Exact cosine search inside the prefiltered rows (flat within one user, never short of k)."""
         nearest = {
@@ -305,7 +362,11 @@ class LanceStore:
         """The display columns of recalled memories (read through the recall snapshot)."""
         if not ids:
             return []
-        result = self._snapshot().to_table(columns=DISPLAY_COLUMNS, filter=scoped(scope).isin("id", ids).render())
+        # The snapshot the search just used: the same version, without asking storage again.
+        with self._snapshot_lock:
+            dataset = self._snapshot_ds
+        dataset = dataset if dataset is not None else self._snapshot()
+        result = dataset.to_table(columns=DISPLAY_COLUMNS, filter=scoped(scope).isin("id", ids).render())
         return [sc.memory_record(r) for r in result.to_pylist()]
 
     def record_access(self, org_id: str, counts: dict[str, int], at: datetime) -> int:
@@ -482,15 +543,67 @@ class LanceStore:
             self._create_indexes(table, name, replace=True)
             table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
 
-    def optimize(self, *, retain: timedelta = timedelta(days=7)) -> dict[str, Any]:
-        """Compact fragments, fold new rows into indexes, and clean versions older than `retain`."""
+    def optimize(self, *, retain: timedelta = timedelta(days=7), cluster: bool = False) -> dict[str, Any]:
+        """Compact fragments, fold new rows into indexes, and clean versions older than `retain`.
+
+        With `cluster`, memories are also put in (org, user) order after compaction (see `cluster`).
+        """
         report: dict[str, Any] = {}
         for name in sc.TABLES:
             table = self._tables[name]
             before = self._table_shape(name)
             table.optimize(cleanup_older_than=retain)
-            report[name] = {"before": before, "after": self._table_shape(name)}
+            report[name] = {"before": before}
+            if cluster and name == sc.MEMORIES:
+                report[name]["clustered"] = clustered = self.cluster()
+                if clustered["fragments"]:
+                    table.optimize(cleanup_older_than=retain)  # index the rewritten fragments
+            report[name]["after"] = self._table_shape(name)
         return report
+
+    def cluster(self, *, attempts: int = 3) -> dict[str, int]:
+        """Rewrite each memories fragment whose rows are not in (org, user, created_at) order, sorted.
+
+        Recall reads one user's rows. Writes arrive interleaved across users, so after compaction
+        those rows lie one per page; sorted, they lie together and the read touches a few pages
+        (at 100k memories it halved the search; benchmarks/recall_latency.py). Each fragment is
+        replaced in a Lance `Rewrite` commit: the same rows, reordered. Lance refuses that commit
+        when an update or delete touched the fragment meanwhile, so nothing is lost or brought
+        back (the fragment is tried again, then left to the next run); appends commit alongside.
+        A fragment is sorted in memory: compaction keeps them at most about a million rows.
+        """
+        import lance
+        from lance import LanceOperation
+
+        done = {"fragments": 0, "rows": 0, "conflicts": 0}
+        table = self._tables[sc.MEMORIES]
+        for _ in range(attempts):
+            dataset = table.to_lance()
+            pending = [f for f in dataset.get_fragments() if not _in_owner_order(f.to_table(columns=CLUSTER_ORDER))]
+            if not pending:
+                break
+            for fragment in pending:
+                rows = fragment.to_table().sort_by([(column, "ascending") for column in CLUSTER_ORDER])
+                new = lance.fragment.write_fragments(
+                    rows, dataset, schema=dataset.schema, storage_options=self._storage_options
+                )
+                group = LanceOperation.RewriteGroup(old_fragments=[fragment.metadata], new_fragments=new)
+                try:
+                    lance.LanceDataset.commit(
+                        dataset, LanceOperation.Rewrite([group], []), read_version=dataset.version,
+                        storage_options=self._storage_options, max_retries=0,
+                    )
+                except Exception as exc:  # noqa: BLE001 - lance raises its own conflict types
+                    if "conflict" not in str(exc).lower():
+                        raise
+                    done["conflicts"] += 1
+                    break  # the dataset moved on: reopen it and look again
+                done["fragments"] += 1
+                done["rows"] += rows.num_rows
+                dataset = table.to_lance()
+            else:
+                break
+        return done
 
     def _table_shape(self, name: str) -> dict[str, int]:
         table = self._tables[name]
@@ -528,6 +641,52 @@ class LanceStore:
         return [int(v["version"]) for v in self._tables[name].list_versions()]
 
 
+def _display_records(result: pa.Table, ids: Sequence[str]) -> list[MemoryRecord]:
+    """The display records of `ids` among a scan's rows."""
+    if not ids:
+        return []
+    wanted = result.filter(pc.is_in(result.column("id"), pa.array(list(ids), pa.string())))
+    return [sc.memory_record(r) for r in wanted.select(DISPLAY_COLUMNS).to_pylist()]
+
+
+def _in_owner_order(keys: pa.Table) -> bool:
+    """Whether a fragment's (org, user, created_at) keys are already sorted."""
+    if keys.num_rows < 2:
+        return True
+    return keys.sort_by([(column, "ascending") for column in CLUSTER_ORDER]).equals(keys)
+
+
+def _scanned_candidates(
+    result: pa.Table, vector: np.ndarray | None, query_terms: Sequence[str], dense_limit: int, keyword_limit: int
+) -> tuple[list[Candidate], list[Candidate]]:
+    """Score a scope's scanned rows by cosine and by BM25 and keep each retriever's best."""
+    if result.num_rows == 0:
+        return [], []
+    cols = {name: result.column(name).to_pylist() for name in CANDIDATE_COLUMNS}
+
+    def pick(scores: np.ndarray, limit: int, keep: np.ndarray) -> list[Candidate]:
+        order = np.flatnonzero(keep)
+        if len(order) > limit:
+            order = order[np.argpartition(-scores[order], limit - 1)[:limit]]
+        return [
+            Candidate(cols["id"][i], float(scores[i]), cols["created_at"][i], float(cols["importance"][i]),
+                      float(cols["oov"][i]))
+            for i in order[np.argsort(-scores[order], kind="stable")]
+        ]
+
+    dense: list[Candidate] = []
+    if vector is not None:
+        matrix = result.column("vector").combine_chunks().flatten().to_numpy().reshape(result.num_rows, -1)
+        cosine = matrix @ np.asarray(vector, dtype=np.float32)
+        dense = pick(cosine, dense_limit, np.ones(len(cosine), dtype=bool))
+    lexical: list[Candidate] = []
+    if query_terms:
+        documents = [index_terms(k or "") for k in result.column("keywords").to_pylist()]
+        bm25 = np.asarray(scoring.bm25(query_terms, documents))
+        lexical = pick(bm25, keyword_limit, bm25 > 0)
+    return dense, lexical
+
+
 def _candidates(result: pa.Table, score: Callable[[float], float], column: str) -> list[Candidate]:
     cols = {name: result.column(name).to_pylist() for name in (*CANDIDATE_COLUMNS, column)}
     return [
@@ -557,4 +716,5 @@ def open_store(settings: Settings, *, embedding_model: str | None, embedding_dim
         embedding_model=embedding_model,
         embedding_dim=embedding_dim,
         storage_options=settings.storage_options,
+        scan_limit=settings.recall_scan_limit,
     )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from agent_memory import scoring
 from agent_memory.models import ScoreParts
-from agent_memory.text import cjk_share, keyword_text, lexical_similarity, terms
+from agent_memory.text import cjk_share, index_terms, keyword_text, lexical_similarity, terms
 
 
 def test_english_terms_drop_stopwords_and_lowercase() -> None:
@@ -57,3 +58,24 @@ def test_unreadable_text_moves_weight_to_keywords() -> None:
 def test_keyword_scores_are_relative_to_best() -> None:
     assert scoring.keyword_scores({"a": 4.0, "b": 1.0}) == {"a": 1.0, "b": 0.25}
     assert scoring.keyword_scores({}) == {}
+
+
+def test_index_terms_stem_and_fold_as_the_full_text_index_does() -> None:
+    assert index_terms(keyword_text("The user prefers cafés, running daily")) == ("user", "prefer", "cafe", "run", "daili")
+    assert index_terms(keyword_text("用户喜欢跑步")) == ("用户", "户喜", "喜欢", "欢跑", "跑步")
+    assert index_terms("a" * 41 + " ok") == ("ok",)  # tokens over 40 bytes are dropped, as by the index
+
+
+def test_bm25_follows_the_okapi_formula() -> None:
+    docs = [("python", "backend"), ("python",), ("tea", "green", "tea")]
+    scores = scoring.bm25(["python", "python", "tea"], docs)
+    average = 2.0
+    idf_python = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    idf_tea = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
+
+    def term(idf: float, tf: int, length: int) -> float:
+        return idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / average))
+
+    assert scores == pytest.approx([term(idf_python, 1, 2), term(idf_python, 1, 1), term(idf_tea, 2, 3)])
+    assert scoring.bm25(["absent"], docs) == [0.0, 0.0, 0.0]
+    assert scoring.bm25(["x"], []) == []

@@ -129,6 +129,9 @@ class Settings(BaseSettings):
     consolidation_keep_versions_hours: float = Field(default=1.0, ge=0)
     # The run lease expires this long after its last renewal, so a killed run never blocks the next.
     consolidation_lease_seconds: float = Field(default=900.0, gt=0)
+    # Users changed between compactions during a run: each merge is a small commit and a small
+    # fragment, and reads slow down as unindexed fragments pile up (0 turns this off).
+    consolidation_compact_every_users: int = Field(default=100, ge=0)
     consolidation_workers: int = Field(default=2, ge=1, le=256)
     # CPUs each consolidation actor reserves: a fraction, so a run fits beside the Serve app on 2 CPUs.
     consolidation_worker_cpus: float = Field(default=0.25, gt=0)

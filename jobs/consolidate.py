@@ -150,7 +150,8 @@ def run_consolidation(
         ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
         stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
                   else _in_process(owners, settings, now, dry_run))
-        users = _collect(stream, store, owner, ttl, now, started, dry_run)
+        users = _collect(stream, store, owner, ttl, now, started, dry_run,
+                         compact_every=0 if dry_run else settings.consolidation_compact_every_users)
         report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
         report.update(_totals(users, dry_run))
         if not dry_run:
@@ -189,13 +190,30 @@ def report_org(org_id: str | None) -> str:
     return org_id if org_id is not None else SYSTEM_ORG
 
 
+# Versions a mid-run compaction keeps: longer than any read a worker or a recall holds open.
+MID_RUN_RETAIN = timedelta(minutes=10)
+
+
 def _collect(stream: Iterable[dict], store: Any, owner: str, ttl: timedelta, now: datetime, started: float,
-             dry_run: bool) -> list[dict]:
-    """Drain the per-user reports, renewing the lease whenever a third of its time has passed."""
+             dry_run: bool, compact_every: int = 0) -> list[dict]:
+    """Drain the per-user reports, renewing the lease whenever a third of its time has passed.
+
+    Every `compact_every` changed users the tables are compacted and new rows indexed, so that
+    the workers' reads do not slow down over a long run; versions are kept for MID_RUN_RETAIN,
+    which covers any snapshot a worker or a recall still reads.
+    """
     users: list[dict] = []
     last_renewal = time.perf_counter()
+    changed = 0
     for user_report in stream:
         users.append(user_report)
+        changed += any(int(user_report.get(n, 0)) for n in COUNTS)
+        if compact_every and changed >= compact_every:
+            changed = 0
+            try:
+                store.optimize(retain=MID_RUN_RETAIN)
+            except Exception:  # a commit conflict with a worker: the next round or the final pass compacts
+                log.warning("mid-run compaction failed; the run continues", exc_info=True)
         elapsed = time.perf_counter()
         if not dry_run and elapsed - last_renewal > ttl.total_seconds() / 3:
             if not store.renew_lease(LEASE, owner, ttl, now + timedelta(seconds=elapsed - started)):

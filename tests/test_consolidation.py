@@ -146,6 +146,25 @@ def test_users_are_never_merged_together(service: MemoryService, clock: Clock) -
     assert _all(service, Scope.user("other", "alice"))[c].status == "active"
 
 
+def test_compaction_during_a_run_changes_no_outcome(service: MemoryService, clock: Clock) -> None:
+    users = ["alice", "bob", "carol"]
+    outcomes: list[Any] = []
+    for every, org in ((0, "never"), (1, "each")):  # no compaction, and one after every changed user
+        for user in users:
+            _plant(service, user, org)
+        assert service.store.stats(None)["tables"]["memories"]["fragments"] > 1
+        settings = service.settings.model_copy(update={"consolidation_compact_every_users": every})
+        report = run_consolidation(settings, now=clock(), use_ray=False)
+        assert report["clusters"] == 3 * len(CLUSTERS) and not report["errors"]
+        for user in users:
+            status = {r.content: r.status for r in _all(service, Scope.user(org, user)).values()}
+            # Which member of a cluster survives may differ (ties break on ids, which name the org).
+            outcomes.append(([sorted(status[t] for t in group) for group in CLUSTERS.values()],
+                             [status[t] for t in LOOKALIKES]))
+    assert outcomes[:3] == outcomes[3:]
+    assert outcomes[0][0] == [["active"] + ["superseded"] * (len(g) - 1) for g in CLUSTERS.values()]
+
+
 def test_expiry_and_purge_follow_the_clock(make_service: Any, clock: Clock) -> None:
     service = make_service(clock=clock, consolidation_retention_days=30)
     soon = service.add("acme", {"user_id": "alice", "content": "Meeting with Bob on Friday",

@@ -9,6 +9,7 @@ function serves indexing and querying and the two can never drift apart.
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from functools import lru_cache
 
@@ -57,11 +58,17 @@ def keyword_text(text: str) -> str:
 _MAX_TOKEN_BYTES = 40
 
 
-@lru_cache(maxsize=1)
-def _stemmer():  # type: ignore[no-untyped-def]
-    import Stemmer  # PyStemmer: the Snowball English stemmer the index's tokenizer also uses
+_local = threading.local()
 
-    return Stemmer.Stemmer("english")
+
+def _stemmer():  # type: ignore[no-untyped-def]
+    """This thread's Snowball English stemmer (PyStemmer objects must not be shared across threads)."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        import Stemmer  # PyStemmer: the Snowball English stemmer the index's tokenizer also uses
+
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    return stemmer
 
 
 def _fold(text: str) -> str:

@@ -79,3 +79,12 @@ def test_bm25_follows_the_okapi_formula() -> None:
     assert scores == pytest.approx([term(idf_python, 1, 2), term(idf_python, 1, 1), term(idf_tea, 2, 3)])
     assert scoring.bm25(["absent"], docs) == [0.0, 0.0, 0.0]
     assert scoring.bm25(["x"], []) == []
+
+
+def test_index_terms_are_the_same_from_many_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"running preferences number {i} cafés connected" for i in range(400)]
+    want = [index_terms.__wrapped__(t) for t in texts]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(index_terms.__wrapped__, texts)) == want

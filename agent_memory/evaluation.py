@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +12,8 @@ from agent_memory.errors import InvalidInputError
 MODES = ("hybrid", "dense", "keyword")
 
 
-def load_questions(path: str | Path) -> list[dict[str, Any]]:
-    """Read a questions file; every line needs user_id, question and a non-empty evidence list."""
-    questions = []
+def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of a JSONL file, parsed, with its line number; bad JSON is a clear error."""
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -23,12 +22,19 @@ def load_questions(path: str | Path) -> list[dict[str, Any]]:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InvalidInputError(f"{path}:{number}: not JSON ({exc})") from None
-            if not isinstance(item, dict) or not item.get("user_id") or not item.get("question"):
-                raise InvalidInputError(f"{path}:{number}: needs user_id and question")
-            evidence = item.get("evidence")
-            if not isinstance(evidence, list) or not evidence:
-                raise InvalidInputError(f"{path}:{number}: evidence must be a non-empty list of message ids")
-            questions.append(item)
+            yield number, item
+
+
+def load_questions(path: str | Path) -> list[dict[str, Any]]:
+    """Read a questions file; every line needs user_id, question and a non-empty evidence list."""
+    questions = []
+    for number, item in _json_lines(path):
+        if not isinstance(item, dict) or not item.get("user_id") or not item.get("question"):
+            raise InvalidInputError(f"{path}:{number}: needs user_id and question")
+        evidence = item.get("evidence")
+        if not isinstance(evidence, list) or not evidence:
+            raise InvalidInputError(f"{path}:{number}: evidence must be a non-empty list of message ids")
+        questions.append(item)
     if not questions:
         raise InvalidInputError(f"{path}: no questions")
     return questions
@@ -96,23 +102,16 @@ def format_table(report: dict[str, Any]) -> str:
 def load_extraction_cases(path: str | Path) -> list[dict[str, Any]]:
     """Read an extraction set: each line `{"messages": [...], "expected": [...], "forbidden": [...]}`."""
     cases = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path}:{number}: not JSON ({exc})") from None
-            messages = item.get("messages") if isinstance(item, dict) else None
-            if not isinstance(messages, list) or not messages:
-                raise InvalidInputError(f"{path}:{number}: needs a non-empty messages list")
-            for key in ("expected", "forbidden", "superseded"):
-                value = item.get(key, [])
-                if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-                    raise InvalidInputError(f"{path}:{number}: {key} must be a list of non-empty strings")
-            item.setdefault("id", f"line-{number}")
-            cases.append(item)
+    for number, item in _json_lines(path):
+        messages = item.get("messages") if isinstance(item, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise InvalidInputError(f"{path}:{number}: needs a non-empty messages list")
+        for key in ("expected", "forbidden", "superseded"):
+            value = item.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise InvalidInputError(f"{path}:{number}: {key} must be a list of non-empty strings")
+        item.setdefault("id", f"line-{number}")
+        cases.append(item)
     if not cases:
         raise InvalidInputError(f"{path}: no cases")
     return cases

@@ -124,8 +124,8 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any]:
 
 
 
-class NewMemory(_Input):
-    """A memory to write, as an agent or a job sends it."""
+class MemoryFields(_Input):
+    """The fields of a memory a writer chooses: shared by the core's input and the HTTP body."""
 
     user_id: Identifier
     content: Text
@@ -139,6 +139,11 @@ class NewMemory(_Input):
     metadata: Metadata = Field(default_factory=dict)
     created_at: UtcDatetime | None = None
     expires_at: UtcDatetime | None = None
+
+
+class NewMemory(MemoryFields):
+    """A memory to write, as an agent or a job sends it."""
+
     # Set by extraction and import, not by HTTP clients: provenance and search context.
     source_ids: list[str] = Field(default_factory=list)
     context: str | None = None

@@ -12,14 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.models import (
     Identifier,
+    MemoryFields,
     MemoryPatch,
-    MemoryType,
     Message,
-    Metadata,
     SearchQuery,
     Text,
-    Unit,
-    UtcDatetime,
 )
 
 
@@ -27,7 +24,7 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class MemoryIn(_Body):
+class MemoryIn(MemoryFields):
     """One memory to store."""
 
     model_config = ConfigDict(
@@ -39,19 +36,6 @@ class MemoryIn(_Body):
             ]
         },
     )
-
-    user_id: Identifier
-    content: Text
-    memory_type: MemoryType = "semantic"
-    id: Identifier | None = None
-    agent_id: Identifier | None = None
-    session_id: Identifier | None = None
-    team_id: Identifier | None = None
-    importance: Unit = 0.5
-    confidence: Unit = 1.0
-    metadata: Metadata = Field(default_factory=dict)
-    created_at: UtcDatetime | None = None
-    expires_at: UtcDatetime | None = None
 
 
 class MemoryBatchIn(_Body):

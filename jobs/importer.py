@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agent_memory.embedding import Embedder, build_embedder
+from agent_memory.embedding import OPENAI_PREFIX, Embedder, build_embedder
 from agent_memory.errors import AgentMemoryError, InvalidInputError, UnavailableError
 from agent_memory.history import Format, ImportMode, detect_format, expand_paired, parse_turn, read_stream
 from agent_memory.models import MemoryRecord, MessageRecord
@@ -236,11 +236,28 @@ EXTRACTED_COLUMNS = ("org_id", "message", "memory", "index_text")
 # -- stage 4: embed -----------------------------------------------------------------------------
 
 
+CPU_ACTOR_MODEL_BATCH = 16
+
+
+def actor_model_batch(settings: Settings) -> int:
+    """Texts per forward pass in an embedding actor (`import_embed_model_batch`, or its default).
+
+    The small default is for a local model on one CPU thread; a GPU, or a remote endpoint that
+    takes a request per batch, keeps `embedding_batch_size`.
+    """
+    if settings.import_embed_model_batch is not None:
+        return settings.import_embed_model_batch
+    remote = settings.embedding_model.strip().startswith(OPENAI_PREFIX)
+    if remote or settings.import_embed_num_gpus > 0:
+        return settings.embedding_batch_size
+    return CPU_ACTOR_MODEL_BATCH
+
+
 class EmbedMemories:
     """Ray Data callable class: loads the model once per actor, embeds a batch of memories."""
 
     def __init__(self, settings: Settings) -> None:
-        self.embedder = build_embedder(settings)
+        self.embedder = build_embedder(settings.model_copy(update={"embedding_batch_size": actor_model_batch(settings)}))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         return embed_batch(self.embedder, batch)

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
-from jobs.importer import ImportOptions, dry_run, run_import, submit_import
+from jobs.importer import EmbedMemories, ImportOptions, actor_model_batch, dry_run, run_import, submit_import
 from storage import LanceStore
 from tests.conftest import ROOT
 
@@ -228,10 +229,21 @@ def test_ray_pipeline_matches_the_in_process_import(tmp_path: Path, ray_session:
     for row in _tables(on_ray)["memories"]:
         assert row["index_text"] == memories[row["id"]]["index_text"]
         assert row["created_at"] == memories[row["id"]]["created_at"]
+        # The actors' smaller batches and length order change padding, not the vectors.
+        assert np.allclose(row["vector"], memories[row["id"]]["vector"], atol=1e-5)
     assert Path(r_ray.rejects_path or "").read_text() == Path(r_local.rejects_path or "").read_text()
     again = run_import(on_ray, _options(tmp_path, path, engine="ray", report_path=str(tmp_path / "r" / "2.json")))
     assert (again.messages_logged, again.memories_written) == (0, 0)
     assert _ids(on_ray) == _ids(local)
+
+
+def test_embedding_actors_batch_small_on_cpu_and_as_configured_on_gpu(tmp_path: Path) -> None:
+    assert actor_model_batch(_settings(tmp_path, "ray")) == 16
+    assert actor_model_batch(_settings(tmp_path, "ray", import_embed_num_gpus=1, embedding_batch_size=256)) == 256
+    assert actor_model_batch(_settings(tmp_path, "ray", import_embed_model_batch=48)) == 48
+    # A remote endpoint takes a request per batch: it keeps its own batch size.
+    assert actor_model_batch(_settings(tmp_path, "ray", embedding_model="openai:text-embedding-3-small")) == 64
+    assert EmbedMemories(_settings(tmp_path, "ray")).embedder.batch_size == 16  # type: ignore[attr-defined]
 
 
 def _count(settings: Settings, table: str) -> int:

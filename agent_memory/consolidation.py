@@ -8,11 +8,13 @@ this per user; nothing here imports Ray or LanceDB.
 Clustering is complete linkage over a "may merge" graph. Two memories are linked when they are
 exact duplicates, or when their polarity agrees (embedding models score "I like X" and "I don't
 like X" as near-identical), neither adds a content word the other lacks (a person or a thing:
-"the user's wife likes tea", "我同事喜欢喝咖啡"; adverbs and particles do not count), and either
-their cosine similarity reaches `consolidation_similarity` or, where the model cannot read a text
-(Chinese with the bundled English model embeds every sentence alike, so cosine says nothing),
-they use the same content words and their lexical similarity reaches
-`consolidation_lexical_similarity`. Complete
+"the user's wife likes tea", "我同事喜欢喝咖啡"; adverbs and particles do not count, nor a detail
+added after everything the other says), and either the model reads both and their cosine
+similarity reaches `consolidation_similarity` (the same content words) or
+`consolidation_reworded_similarity` (one word swapped, or a detail added at the end: "named" for
+"called" reads to the model much like "September" for "March"), or, where the model cannot read a text (Chinese with the
+bundled English model embeds every sentence alike, so cosine says nothing), they use the same
+content words and their lexical similarity reaches `consolidation_lexical_similarity`. Complete
 linkage merges two groups only when every pair across them is linked, so a chain of small steps
 ("likes tea" ~ "likes green tea" ~ "likes green tea and coffee" ~ ...) never fuses facts that are
 not restatements of each other, as single linkage (connected components) would. Linkage is
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,14 +36,16 @@ import numpy as np
 from agent_memory.ids import stable_id
 from agent_memory.models import MemoryEvent, MemoryRecord, Scope
 from agent_memory.settings import Settings
-from agent_memory.text import ENGLISH_STOPWORDS, normalize, terms
+from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS, normalize, stem_words, terms
 
 ACTOR = "consolidation"
 Summarize = Callable[[Sequence[str]], str]
 
-_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+# A CJK character, or a word of any other script (a word stops where a CJK run starts).
+_CONTENT_TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\W_{CJK_RANGES}]+(?:'[^\\W_{CJK_RANGES}]+)?", re.UNICODE)
 _NEGATION_WORDS = frozenset(
     """not no never nobody nothing none neither nor cannot without hate hates hated dislike dislikes
     disliked avoid avoids stopped""".split()
@@ -83,14 +88,6 @@ _FUNCTION_WORDS_CJK = ("平常", "平时", "一般", "主要", "目前", "现在
                        "总是", "经常", "通常", "一直", "很", "也", "都", "还", "就", "的", "了", "着", "吧", "呢", "啊")
 
 
-def _stem(word: str) -> str:
-    """A crude English stem (likes/liked/liking -> like), enough to compare word sets."""
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
 def without_function_words(text: str) -> str:
     """The text, normalised, with possessive 's and the function words of both languages taken out."""
     lowered = normalize(text).replace("’", "'").replace("'s ", " ")
@@ -99,13 +96,31 @@ def without_function_words(text: str) -> str:
     return " ".join(w for w in lowered.split() if w not in _FUNCTION_WORDS_EN)
 
 
+# "-ly" words are taken for adverbs ("mostly", "honestly") unless listed here (nouns, and the
+# frequency words of a schedule) or capitalised in the text (names: "Italy", "July", "Emily").
+_LY_KEPT = frozenset("family supply reply ally belly jelly lily rally bully fly daily weekly monthly yearly".split())
+
+
+def content_sequence(text: str) -> list[str]:
+    """The words (Snowball stems) and CJK characters that say what a statement is about, in order."""
+    capitalised = {w.lower() for w in _CONTENT_TOKEN.findall(unicodedata.normalize("NFKC", text)) if w[:1].isupper()}
+    words: list[str] = []
+    for token in _CONTENT_TOKEN.findall(without_function_words(text)):
+        if _CJK_CHAR.match(token):
+            words.append(token)
+        elif token not in ENGLISH_STOPWORDS and token not in _FUNCTION_WORDS_EN and not (
+            token.endswith("ly") and token not in _LY_KEPT and token not in capitalised
+        ):
+            words.append(token)
+    latin = [i for i, w in enumerate(words) if not _CJK_CHAR.match(w)]
+    for i, stem in zip(latin, stem_words([words[i] for i in latin]), strict=True):
+        words[i] = stem
+    return words
+
+
 def content_terms(text: str) -> set[str]:
     """The words and CJK characters that say what a statement is about (function words removed)."""
-    lowered = without_function_words(text)
-    latin = _CJK_CHAR.sub(" ", lowered)
-    words = {_stem(w) for w in _WORD.findall(latin)
-             if w not in ENGLISH_STOPWORDS and w not in _FUNCTION_WORDS_EN and not w.endswith("ly")}
-    return words | set(_CJK_CHAR.findall(lowered))
+    return set(content_sequence(text))
 
 
 def adds_content(a: set[str], b: set[str]) -> bool:
@@ -115,6 +130,28 @@ def adds_content(a: set[str], b: set[str]) -> bool:
     with a term more ("sister", "同事") is about something else, even where it also swaps a word.
     """
     return len(a - b) != len(b - a)
+
+
+def rewording(a: Sequence[str], b: Sequence[str]) -> str | None:
+    """How two content sequences differ: "same" terms, "reworded", or None where one adds content.
+
+    Reworded is one term swapped for another ("named" for "called", but also "March" for
+    "September", which is why it takes a higher cosine), or a detail added after everything
+    the other says ("works as a nurse" -> "works as a nurse at their company"). A term added
+    before or inside the shared statement ("the user's sister lives in ..."), or more than one
+    term swapped, is other content.
+    """
+    sa, sb = set(a), set(b)
+    if sa == sb:
+        return "same"
+    if len(sa - sb) == len(sb - sa) == 1:
+        return "reworded"
+    if sa and sb and (sa < sb or sb < sa):
+        shorter, longer = (sa, b) if sa < sb else (sb, a)
+        last_shared = max((k for k, term in enumerate(longer) if term in shorter), default=-1)
+        if all(k > last_shared for k, term in enumerate(longer) if term not in shorter):
+            return "reworded"
+    return None
 
 
 def exact_key(text: str) -> str:
@@ -176,7 +213,8 @@ def _links(
         return links
     keys = [exact_key(r.index_text) for r in records]
     negated = [polarity(r.index_text) for r in records]
-    contents = [content_terms(r.index_text) for r in records]
+    sequences = [content_sequence(r.index_text) for r in records]
+    contents = [set(seq) for seq in sequences]
     # Word order and wording, compared on what is left without function words: an inserted adverb
     # is not a disagreement, a reordered or rewritten clause is.
     stripped = [without_function_words(r.index_text) for r in records]
@@ -186,17 +224,26 @@ def _links(
     def agree(i: int, j: int) -> bool:
         return negated[i] == negated[j] and not adds_content(contents[i], contents[j])
 
-    # Texts the model reads: cosine similarity, blocked 1,024 rows at a time.
+    # Texts the model reads: cosine similarity, blocked 1,024 rows at a time. The same content
+    # terms in another order or inflection link at `consolidation_similarity`; other wording
+    # needs `consolidation_reworded_similarity`.
     readable = [i for i in range(n) if not unreadable[i]]
-    threshold = settings.consolidation_similarity - 1e-6
+    same_bar = settings.consolidation_similarity
+    needed = {"same": same_bar - 1e-6, "reworded": max(same_bar, settings.consolidation_reworded_similarity) - 1e-6}
     matrix = vectors[readable]
     for start in range(0, len(readable), 1024):
         sims = matrix[start : start + 1024] @ matrix.T
-        rows, cols = np.nonzero(sims >= threshold)
+        rows, cols = np.nonzero(sims >= min(needed.values()))
         for a_local, b in zip(rows.tolist(), cols.tolist(), strict=True):
             i, j = readable[start + a_local], readable[b]
-            if j > i and (keys[i] == keys[j] or agree(i, j)):
-                links[i][j] = links[j][i] = 1.0 if keys[i] == keys[j] else float(sims[a_local, b])
+            if j <= i:
+                continue
+            if keys[i] == keys[j]:
+                links[i][j] = links[j][i] = 1.0
+                continue
+            kind = rewording(sequences[i], sequences[j]) if negated[i] == negated[j] else None
+            if kind is not None and sims[a_local, b] >= needed[kind]:
+                links[i][j] = links[j][i] = float(sims[a_local, b])
     # Texts it cannot read embed alike, so their cosine says nothing: there a restatement must use
     # the same content words (only function words and order may differ) and agree lexically.
     # Equal content sets are found by hashing, so this costs no pairwise pass.

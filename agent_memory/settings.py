@@ -113,6 +113,11 @@ class Settings(BaseSettings):
     # Consolidation (see agent_memory/consolidation.py and jobs/consolidate.py)
     # Cosine similarity at or above which two memories the model can read are restatements.
     consolidation_similarity: float = Field(default=0.85, gt=0, le=1)
+    # Restatements in other words (one content word swapped for another, or a detail added at the
+    # end) need this cosine, and never less than consolidation_similarity: the model scores "born
+    # in March" and "born in September" about as close as real paraphrases. 0.92 is the lowest
+    # value with no false link among the tuning templates of benchmarks/consolidation.py.
+    consolidation_reworded_similarity: float = Field(default=0.92, gt=0, le=1)
     # Where the model cannot read a text (its [UNK] share is above `consolidation_oov_guard`), two
     # memories merge only with the same content words and a lexical similarity (Dice over words,
     # CJK characters and bigrams, function words aside) of at least this.

@@ -14,6 +14,8 @@ import unicodedata
 from functools import lru_cache
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+# The character ranges treated as CJK (kana, CJK ideographs, hangul), for regex classes elsewhere.
+CJK_RANGES = _CJK
 # Word tokens stop where a CJK run starts, so "从Emacs换成Zed了" splits into its words and bigrams.
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)?", re.UNICODE)
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
@@ -69,6 +71,11 @@ def _stemmer():  # type: ignore[no-untyped-def]
 
         stemmer = _local.stemmer = Stemmer.Stemmer("english")
     return stemmer
+
+
+def stem_words(words: list[str]) -> list[str]:
+    """English words reduced to their Snowball stems (likes/liked/liking -> like, codes -> code)."""
+    return list(_stemmer().stemWords(words))
 
 
 def _fold(text: str) -> str:

@@ -8,14 +8,17 @@ a negation, another person ("The user's sister lives in Berlin", "我同事不�
 
 Then it runs the consolidation job and scores the merges pairwise against the plan, per language
 (targets: precision >= 0.95, recall >= 0.9), with duration, memories/s, fragment count and recall
-latency before and after.
+latency before and after. `--templates heldout` plants other topics and wordings
+(`consolidation_heldout.json`), written apart from the rules, instead of the tables below.
 
     PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py [--memories 100000 --users 1000 --engine ray]
+    PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py --templates heldout --name consolidation_heldout
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import tempfile
@@ -96,16 +99,32 @@ ZH: dict[str, tuple[list[str], list[str], list[str]]] = {
 }
 
 
-def plan_user(rng: random.Random, user: str, count: int, zh_share: float, dup_share: float) -> list[dict[str, Any]]:
+Templates = dict[str, dict[str, tuple[list[str], list[str], list[str]]]]
+HELDOUT = Path(__file__).with_name("consolidation_heldout.json")
+
+
+def load_templates(name: str) -> Templates:
+    """`tuning`: the tables above, which the rules were developed against. `heldout`: other topics
+    and paraphrases (`consolidation_heldout.json`), written apart from the rules, to show how far
+    they carry to wording they were not fitted to."""
+    if name == "tuning":
+        return {"en": EN, "zh": ZH}
+    data = json.loads(HELDOUT.read_text(encoding="utf-8"))
+    return {lang: {key: (t["variants"], t["lookalikes"], t["entities"]) for key, t in table.items()}
+            for lang, table in data.items()}
+
+
+def plan_user(rng: random.Random, user: str, count: int, zh_share: float, dup_share: float,
+              templates: Templates) -> list[dict[str, Any]]:
     """One user's memories: dicts of text, language and planted group (None for a single statement)."""
     out: list[dict[str, Any]] = []
-    facts = {lang: [(k, x) for k, (_, _, xs) in table.items() for x in xs] for lang, table in (("en", EN), ("zh", ZH))}
+    facts = {lang: [(k, x) for k, (_, _, xs) in table.items() for x in xs] for lang, table in templates.items()}
     for pool in facts.values():
         rng.shuffle(pool)
     lookalike_queue: list[dict[str, Any]] = []
     while len(out) < count:
         lang = "zh" if rng.random() < zh_share else "en"
-        table = ZH if lang == "zh" else EN
+        table = templates[lang]
         if lookalike_queue and rng.random() < 0.3:
             out.append(lookalike_queue.pop())
             continue
@@ -129,13 +148,14 @@ def plan_user(rng: random.Random, user: str, count: int, zh_share: float, dup_sh
 def build(service: MemoryService, args: argparse.Namespace, now: datetime) -> tuple[dict[str, dict], float]:
     """Write every memory, embedded in batches; return id -> label and the seconds taken."""
     rng = random.Random(args.seed)
+    templates = load_templates(args.templates)
     per_user = args.memories // args.users
     labels: dict[str, dict] = {}
     pending = []
     started = time.perf_counter()
     for u in range(args.users):
         user = f"user-{u:05d}"
-        for i, item in enumerate(plan_user(rng, user, per_user, args.zh_share, args.dup_share)):
+        for i, item in enumerate(plan_user(rng, user, per_user, args.zh_share, args.dup_share, templates)):
             created = now - timedelta(minutes=rng.randrange(0, 60 * 24 * 60))
             record = service.prepare("bench", NewMemory(user_id=user, content=item["text"], importance=round(rng.random(), 2),
                                                         created_at=created, source_ids=[f"{user}:m{i}"]))
@@ -204,6 +224,8 @@ def main() -> int:
     parser.add_argument("--engine", choices=["ray", "local"], default="ray")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--storage", default=None, help="store directory (default: a temporary one)")
+    parser.add_argument("--templates", choices=["tuning", "heldout"], default="tuning",
+                        help="the fact tables to plant (heldout: topics and wording the rules were not fitted to)")
     parser.add_argument("--name", default="consolidation")
     args = parser.parse_args()
 
@@ -226,7 +248,8 @@ def main() -> int:
     latency_after = recall_latency(service, labels, args.queries, args.seed)
     second = run_consolidation(settings, now=now, use_ray=args.engine == "ray")
     payload = {
-        "memories": len(labels), "users": args.users, "engine": args.engine, "build_s": round(build_s, 1),
+        "memories": len(labels), "users": args.users, "engine": args.engine, "templates": args.templates,
+        "build_s": round(build_s, 1),
         "consolidation_s": round(duration, 2), "memories_per_s": round(len(labels) / duration, 1),
         "quality": quality,
         "report": {k: report[k] for k in ("clusters", "memories_merged", "expired", "decayed", "purged",

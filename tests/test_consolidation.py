@@ -16,10 +16,12 @@ from agent_memory.cli import main
 from agent_memory.consolidation import (
     adds_content,
     apply_plan,
+    content_sequence,
     content_terms,
     lexical_agreement,
     plan_user,
     polarity,
+    rewording,
 )
 from agent_memory.errors import ConflictError
 from agent_memory.merge import merge_records
@@ -33,14 +35,16 @@ U = Scope.user("acme", "alice")
 CLUSTERS = {
     "python": ["The user uses Python for backend work", "The user mainly uses Python for backend work",
                "the user uses python for backend work!"],
-    "dog": ["My dog is called Max", "My dog's name is Max"],
+    "dog": ["My dog is called Max", "My dog is named Max"],
     "coffee": ["我喜欢喝咖啡", "我很喜欢喝咖啡", "我喜欢喝咖啡。"],
     "home": ["用户住在上海浦东", "用户目前住在上海浦东"],
 }
 # Each shares words (or, for Chinese, characters) with a cluster but says something else.
 LOOKALIKES = ["I like Python", "my colleague hates Python", "I don't use Python for backend work",
               "My cat is called Max", "My sister's dog is called Max", "The user's intern uses Python for backend work",
-              "我同事不喜欢喝咖啡", "我同事喜欢喝咖啡", "我喜欢喝茶", "用户住在北京海淀", "用户父母住在上海浦东"]
+              "我同事不喜欢喝咖啡", "我同事喜欢喝咖啡", "我喜欢喝茶", "用户住在北京海淀", "用户父母住在上海浦东",
+              # One word apart, cosine 0.90: above consolidation_similarity, below the reworded bar.
+              "My birthday is in March", "My birthday is in September"]
 
 
 def _plant(service: MemoryService, user: str = "alice", org: str = "acme") -> dict[str, str]:
@@ -68,8 +72,38 @@ def test_polarity_and_lexical_agreement() -> None:
     assert adds_content(base, sister) and not adds_content(base, often)
     assert content_terms("我现在住在上海浦东") == content_terms("我目前住在上海浦东")
     assert adds_content(content_terms("我住在上海浦东"), content_terms("我父母住在上海浦东"))
+    # Inflection and order are the same terms; a swapped word or a trailing detail is a rewording;
+    # a word added before the end is other content. Snowball stems: "codes" and "code" agree.
+    def kind(a: str, b: str) -> str | None:
+        return rewording(content_sequence(a), content_sequence(b))
+
+    assert kind("My dog is called Max", "Max is what my dog was called") == "same"
+    assert kind("The user lives in Berlin", "The user lives in Berlin now.") == "same"
+    assert kind("The user codes in Emacs", "the user's code is in Emacs") == "same"
+    assert kind("My dog is called Max", "My dog is named Max") == "reworded"
+    assert kind("The user works as a nurse", "The user works as a nurse at the city hospital") == "reworded"
+    assert kind("The user works as a nurse", "The user's sister works as a nurse") is None
+    assert content_sequence("My family lives in Italy, mostly") == ["famili", "live", "itali"]
+    assert kind("My dog is called Max", "My cat is named Bob") is None  # two words swapped
+    assert kind("I am", "I do yoga") is None  # nothing to elaborate on
+    assert content_sequence("the user's咖啡") == ["user", "咖", "啡"]
+    assert "emili" in content_sequence("我的朋友Emily喜欢咖啡")
     # An inserted adverb costs less than a changed object, even in a six-character sentence.
     assert lexical_agreement("我喜欢喝咖啡", "我很喜欢喝咖啡") > 0.8 > lexical_agreement("我喜欢喝咖啡", "我喜欢喝茶")
+
+
+def test_a_swapped_word_needs_the_reworded_similarity(service: MemoryService, clock: Clock) -> None:
+    # The same fact in other words, at cosine 0.918 with the bundled model: one content word swapped.
+    service.add_many("acme", [{"user_id": "alice", "content": t} for t in ("My dog is called Max", "My dog's name is Max")])
+    records, vectors = service.store.user_memories(U)
+
+    def clusters(**thresholds: float) -> int:
+        return len(plan_user(U, records, vectors, clock(), service.settings.model_copy(update=thresholds)).clusters)
+
+    assert clusters() == 0  # defaults: 0.85 for the same words, 0.92 for a swapped one
+    assert clusters(consolidation_reworded_similarity=0.9) == 1
+    # A reworded pair never needs less than a pair with the same words.
+    assert clusters(consolidation_similarity=0.95, consolidation_reworded_similarity=0.9) == 0
 
 
 def test_planted_clusters_merge_and_lookalikes_stay_apart(service: MemoryService, clock: Clock) -> None:
@@ -98,7 +132,7 @@ def test_planted_clusters_merge_and_lookalikes_stay_apart(service: MemoryService
 def test_merge_unions_sources_and_sums_access(service: MemoryService, clock: Clock) -> None:
     a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9,
                              "source_ids": ["m1"]})
-    b = service.add("acme", {"user_id": "alice", "content": "My dog's name is Max", "importance": 0.2,
+    b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max", "importance": 0.2,
                              "source_ids": ["m2"]})
     service.store.record_access("acme", {a: 2, b: 3}, clock())
     _run(service, clock)
@@ -186,7 +220,7 @@ def test_expiry_and_purge_follow_the_clock(make_service: Any, clock: Clock) -> N
 def test_superseded_memories_are_purged_after_retention(make_service: Any, clock: Clock) -> None:
     service = make_service(clock=clock, consolidation_retention_days=10)
     a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
-    b = service.add("acme", {"user_id": "alice", "content": "My dog's name is Max"})
+    b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max"})
     _run(service, clock)
     clock.advance(days=11)
     assert _run(service, clock)["purged"] == 1
@@ -323,7 +357,7 @@ def test_llm_summary_becomes_the_merged_content(make_service: Any, clock: Clock)
         service = make_service(clock=clock, llm_base_url=f"http://127.0.0.1:{server.server_port}/v1",
                                llm_model="tiny", llm_api_key="k")
         a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
-        service.add("acme", {"user_id": "alice", "content": "My dog's name is Max"})
+        service.add("acme", {"user_id": "alice", "content": "My dog is named Max"})
         assert _run(service, clock)["clusters"] == 1
     finally:
         server.shutdown()

@@ -43,7 +43,6 @@ Summarize = Callable[[Sequence[str]], str]
 
 _CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 # A CJK character, or a word of any other script (a word stops where a CJK run starts).
 _CONTENT_TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\W_{CJK_RANGES}]+(?:'[^\\W_{CJK_RANGES}]+)?", re.UNICODE)
 _NEGATION_WORDS = frozenset(

@@ -13,12 +13,11 @@ import threading
 import unicodedata
 from functools import lru_cache
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-# The character ranges treated as CJK (kana, CJK ideographs, hangul), for regex classes elsewhere.
-CJK_RANGES = _CJK
+# The character ranges treated as CJK (kana, CJK ideographs, hangul), for regex classes here and elsewhere.
+CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 # Word tokens stop where a CJK run starts, so "从Emacs换成Zed了" splits into its words and bigrams.
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)?", re.UNICODE)
-_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+_TOKEN = re.compile(rf"[{CJK_RANGES}]+|[^\W_{CJK_RANGES}]+(?:['’][^\W_{CJK_RANGES}]+)?", re.UNICODE)
+_CJK_RUN = re.compile(rf"^[{CJK_RANGES}]+$")
 
 # Words too common to carry meaning in a memory or a question about one.
 ENGLISH_STOPWORDS = frozenset(
@@ -101,7 +100,7 @@ def cjk_share(text: str) -> float:
     letters = [c for c in text if c.isalnum()]
     if not letters:
         return 0.0
-    return sum(1 for c in letters if re.match(rf"[{_CJK}]", c)) / len(letters)
+    return sum(1 for c in letters if re.match(rf"[{CJK_RANGES}]", c)) / len(letters)
 
 
 def lexical_similarity(a: str, b: str) -> float:

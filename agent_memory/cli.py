@@ -175,7 +175,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ray import serve
 
     from serve_app.app import build
-    from serve_app.config import http_options, load_config
+    from serve_app.config import http_options, load_config, serve_env
 
     config = load_config(args.config or settings.serve_config)
     http = http_options(config, args.host, args.port)
@@ -191,7 +191,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         load_sample(settings)
         # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env()}}
     if args.address:
         ray.init(address=args.address, runtime_env=env, log_to_driver=False)
     else:

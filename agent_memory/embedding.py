@@ -6,15 +6,23 @@ is built on it here.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
 import threading
+import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.settings import BUNDLED_MODEL, Settings
+
+log = logging.getLogger(__name__)
 
 OPENAI_PREFIX = "openai:"
 # Up to this many texts are embedded in one direct forward pass (queries, small write windows);
@@ -76,11 +84,10 @@ class SentenceTransformerEmbedder(Embedder):
     """A sentence-transformers model: the bundled offline default, a hub name or a local path."""
 
     def __init__(
-        self, model: str = BUNDLED_MODEL, device: str = "auto", batch_size: int = 64, cache_size: int = 0
+        self, model: str = BUNDLED_MODEL, device: str = "auto", batch_size: int = 64, cache_size: int = 0,
+        backend: str = "auto",
     ) -> None:
         super().__init__(cache_size)
-        import os
-
         # The bundled model must load with no network; other models may come from a local cache.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
@@ -104,11 +111,25 @@ class SentenceTransformerEmbedder(Embedder):
         self.dim = int(dim or self.model.get_sentence_embedding_dimension())
         self._tokenizer = self.model.tokenizer
         self._unk_id = getattr(self._tokenizer, "unk_token_id", None)
+        self._onnx: OnnxEncoder | None = None
+        self.backend = "torch"
+        if backend not in ("auto", "torch", "onnx"):
+            raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
+        if backend == "onnx" or (backend == "auto" and device == "cpu"):
+            try:
+                self._onnx = OnnxEncoder.for_model(self.model, path)
+                self.backend = "onnx"
+            except Exception as exc:
+                if backend == "onnx":
+                    raise UnavailableError(f"cannot run {model!r} on ONNX Runtime: {exc}") from exc
+                log.warning("embedding with torch: %s cannot run on ONNX Runtime (%s)", model, exc)
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Encode with the model's own batching; vectors come back normalised."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self._onnx is not None:
+            return self._onnx.encode(texts, self.batch_size)
         if len(texts) <= SMALL_BATCH:
             return self._forward(texts)
         vectors = self.model.encode(
@@ -137,6 +158,104 @@ class SentenceTransformerEmbedder(Embedder):
             return [0.0] * len(texts)
         encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         return [(sum(1 for t in ids if t == self._unk_id) / len(ids)) if ids else 0.0 for ids in encoded]
+
+
+class OnnxEncoder:
+    """A sentence-transformers model of the Transformer + mean Pooling (+ Normalize) shape, run by
+    ONNX Runtime: the same vectors as torch (within 1e-6), with less per-call overhead on CPU.
+
+    Measured on these 2-core machines, one thread, the bundled model: one query 4.9 ms against
+    12.1 ms with torch, batches of 8 3.3 ms against 4.5 ms a text (see README, Performance). The
+    graph is exported from the loaded torch model once and kept in the cache directory
+    (`$XDG_CACHE_HOME/agent-memory/onnx`, else `~/.cache/...`), keyed by the model's files.
+    """
+
+    def __init__(self, session: Any, tokenizer: Any, max_length: int, inputs: list[str]) -> None:
+        self._session, self._tokenizer, self._max_length, self._inputs = session, tokenizer, max_length, inputs
+
+    @classmethod
+    def for_model(cls, model: Any, path: str) -> OnnxEncoder:
+        import torch
+
+        modules = [type(m).__name__ for m in model]
+        pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
+        if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
+            raise ValueError(f"modules {modules} with {pooling} pooling are not the supported shape")
+        transformer = model[0].auto_model
+        tokenizer = model.tokenizer
+        probe = tokenizer(["probe"], return_tensors="pt")
+        inputs = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probe]
+        graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx"
+        if not graph.exists():
+            graph.parent.mkdir(parents=True, exist_ok=True)
+
+            class Hidden(torch.nn.Module):
+                def __init__(self, inner: Any) -> None:
+                    super().__init__()
+                    self.inner = inner
+
+                def forward(self, *args: Any) -> Any:
+                    return self.inner(**dict(zip(inputs, args, strict=True))).last_hidden_state
+
+            # Written aside and renamed: processes exporting at once never read a partial file.
+            partial = graph.with_suffix(f".{os.getpid()}.partial")
+            axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the tracer's notes on shapes it fixed; axes stay dynamic
+                torch.onnx.export(
+                    Hidden(transformer).eval(), tuple(probe[k] for k in inputs), str(partial), input_names=inputs,
+                    output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
+                )
+            os.replace(partial, graph)
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        # As many threads as torch was given (Ray gives fractional-CPU actors one), and no
+        # spinning: on a small machine an idle spinning thread takes CPU from the others.
+        options.intra_op_num_threads = max(1, torch.get_num_threads())
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        return cls(session, tokenizer, int(model.max_seq_length or 512), inputs)
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        """Unit vectors in the order of `texts`, in batches of similar lengths (less padding)."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), 0), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            vectors = self._run([texts[i] for i in chunk])
+            if out.shape[1] == 0:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[chunk] = vectors
+        return out
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        batch = self._tokenizer(texts, padding=True, truncation=True, max_length=self._max_length, return_tensors="np")
+        feed = {name: batch[name].astype(np.int64) for name in self._inputs}
+        hidden = self._session.run(None, feed)[0]
+        mask = batch["attention_mask"][..., None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        return _normalise(pooled)
+
+
+def _onnx_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "agent-memory" / "onnx"
+
+
+def _model_key(path: str) -> str:
+    """The model's directory name and a digest of its files' names, sizes and config, so that
+    another model or other weights at the same path get a graph of their own."""
+    root = Path(path)
+    digest = hashlib.sha256(str(root.resolve()).encode())
+    if root.is_dir():
+        for file in sorted(p for p in root.rglob("*") if p.is_file()):
+            digest.update(f"{file.relative_to(root)}:{file.stat().st_size}".encode())
+            if file.name == "config.json":
+                digest.update(file.read_bytes())
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in root.name)[:60]
+    return f"{name}-{digest.hexdigest()[:16]}"
 
 
 class OpenAIEmbedder(Embedder):
@@ -192,4 +311,5 @@ def build_embedder(settings: Settings) -> Embedder:
         device=settings.embedding_device,
         batch_size=settings.embedding_batch_size,
         cache_size=settings.embedding_cache_size,
+        backend=settings.embedding_backend,
     )

@@ -259,7 +259,8 @@ class MemoryService:
         new_records = list(fresh.values())
         # Records embedded upstream (a batch job's actor pool) keep their vectors.
         self.embed_records([r for r in new_records if r.vector is None])
-        created = self.store.insert_memories(org_id, new_records) if new_records else set()
+        # `fresh` holds only ids the lookup above found absent: the store need not look them up again.
+        created = self.store.insert_memories(org_id, new_records, known_absent=True) if new_records else set()
         # Creation events have deterministic ids: a retry after a crash between the two commits
         # completes the audit trail instead of duplicating it.
         events = []

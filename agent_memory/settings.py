@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     # Embedding
     embedding_model: str = BUNDLED_MODEL
     embedding_device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Local models on CPU run on ONNX Runtime (`auto`), the same vectors with less overhead a call;
+    # `torch` keeps PyTorch; GPUs always use torch.
+    embedding_backend: Literal["auto", "torch", "onnx"] = "auto"
     embedding_batch_size: int = Field(default=64, ge=1, le=4096)
     embedding_base_url: str | None = None
     embedding_api_key: str | None = None
@@ -72,6 +75,7 @@ class Settings(BaseSettings):
     serve_config: Path | None = None  # a Serve config YAML; default cluster/serve_config.yaml when present
     embedding_num_gpus: float = Field(default=0.0, ge=0)
     embedder_timeout_s: float = Field(default=5.0, gt=0)
+    recall_threads: int = Field(default=8, ge=1, le=64)  # concurrent recalls per ingress replica
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)
     writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer

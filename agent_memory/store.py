@@ -71,7 +71,7 @@ class MemoryStore(Protocol):
     embedding_model: str
     embedding_dim: int
 
-    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord]) -> set[str]:
+    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord], *, known_absent: bool = False) -> set[str]:
         """Insert the records whose id is absent; return the ids actually inserted (one commit)."""
         ...
 

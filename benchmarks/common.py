@@ -39,3 +39,38 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return path
+
+
+def cpu_by_process(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by a process and its descendants, by process role.
+
+    Ray workers are named after their actor (`ray::ServeReplica:agent-memory:Recall`), so Serve
+    deployments, the proxy and the controller appear by name; the driver is `driver`.
+    """
+    import psutil
+
+    root = psutil.Process(pid)
+    seconds: dict[str, float] = {}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            cmd = proc.cmdline()
+            times = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if proc.pid == pid:
+            name = "driver"
+        elif cmd and cmd[0].startswith("ray::"):
+            name = cmd[0].removeprefix("ray::").split(" ")[0].split(".")[0]  # the actor, not its method
+        else:
+            name = proc.name()
+        seconds[name] = seconds.get(name, 0.0) + times.user + times.system
+    return seconds
+
+
+def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """Milliseconds of CPU per request by process role between two `cpu_by_process` snapshots."""
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    per_request = {name: 1000 * s / requests for name, s in sorted(spent.items(), key=lambda kv: -kv[1])}
+    shares = {name: round(ms, 2) for name, ms in per_request.items() if ms >= 0.1}
+    shares["total"] = round(sum(per_request.values()), 2)
+    return shares

@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,7 +33,7 @@ from agent_memory.errors import (
 from agent_memory.models import Scope, check_identifier, utcnow
 from agent_memory.settings import Settings
 from serve_app import metrics
-from serve_app.app import _unwrap
+from serve_app.app import RemoteEmbedder, _unwrap
 from serve_app.auth import ANONYMOUS, ApiKeys, Principal, UnauthorizedError
 from serve_app.schemas import (
     ConsolidateIn,
@@ -44,7 +45,7 @@ from serve_app.schemas import (
     SearchIn,
     dump,
 )
-from storage import LanceStore
+from storage import open_store
 
 # Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
 log = logging.getLogger("ray.serve")
@@ -134,38 +135,89 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
 
 
-@app.middleware("http")
-async def _request_context(request: Request, call_next: Any) -> Any:
-    """Request ids, the body-size limit (before any parsing), and one JSON log line per request."""
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-    started = time.perf_counter()
-    limit = request.app.state.settings.max_body_bytes
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > limit):
-        response = error_response(TooLargeError(f"request body over {limit} bytes"))
-    elif length is None and request.method in ("POST", "PATCH", "PUT"):
-        # Chunked bodies are read up to the limit, never further.
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                break
+def serve_request_id() -> str | None:
+    """The id Serve gave the request being handled (None outside a replica)."""
+    try:
+        return serve.context._get_serve_request_context().request_id or None
+    except Exception:  # a Serve version without the context, or outside a request
+        return None
+
+
+class RequestContext:
+    """Request ids, the body-size limit (before any parsing), and one JSON log line per request.
+
+    Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs each
+    request in a task group of its own, which cost more CPU than the rest of this middleware
+    (measured with py-spy on the search path).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = dict(scope.get("headers") or [])
+        # Serve's proxy gives every request an id (the client's `x-request-id` when it sends one),
+        # returns it in the `x-request-id` header and logs it; our log line carries the same id.
+        request_id = serve_request_id() or headers.get(b"x-request-id", b"").decode("latin-1") or uuid.uuid4().hex
+        status = {"code": 500}
+
+        async def send_status(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        state = scope["app"].state  # the FastAPI app's (Starlette sets it before any middleware)
+        try:
+            await self._limited(scope, receive, send_status, state.settings.max_body_bytes, headers)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            state.requests.inc(tags={"route": route, "status": str(status["code"])})
+            log.info(json.dumps({
+                "event": "request", "request_id": request_id, "method": scope["method"], "route": route,
+                "status": status["code"], "ms": round((time.perf_counter() - started) * 1000, 2),
+            }))
+
+    async def _limited(self, scope: dict[str, Any], receive: Any, send: Any, limit: int, headers: dict) -> None:
+        """Answer 413 for a body over `limit`, told by its length or found while reading it."""
+        too_large = TooLargeError(f"request body over {limit} bytes")
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit() or int(length) > limit:
+                await error_response(too_large)(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        if scope["method"] not in ("POST", "PATCH", "PUT"):
+            await self.app(scope, receive, send)
+            return
+        # A chunked body is read up to the limit, never further, then handed on whole.
+        body, more = b"", True
+        while more and len(body) <= limit:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
         if len(body) > limit:
-            response = error_response(TooLargeError(f"request body over {limit} bytes"))
-        else:
-            request._body = body  # hand the buffered body to FastAPI
-            response = await call_next(request)
-    else:
-        response = await call_next(request)
-    response.headers["x-request-id"] = request_id
-    route = request.scope.get("route")
-    path = getattr(route, "path", "unmatched")
-    request.app.state.requests.inc(tags={"route": path, "status": str(response.status_code)})
-    log.info(json.dumps({
-        "event": "request", "request_id": request_id, "method": request.method, "route": path,
-        "status": response.status_code, "ms": round((time.perf_counter() - started) * 1000, 2),
-    }))
-    return response
+            await error_response(too_large)(scope, receive, send)
+            return
+        delivered = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+app.add_middleware(RequestContext)
 
 
 def resolve_import_path(path: str, root: str) -> str:
@@ -206,27 +258,35 @@ UserId = Annotated[str, Query(min_length=1, max_length=256, description="the use
 @serve.deployment(name="Ingress", ray_actor_options={"num_cpus": 0.25})
 @serve.ingress(app)
 class IngressDeployment:
-    """HTTP in front of Recall and Writer; reads that need no model go straight to the store."""
+    """HTTP, and recall itself; changes go to the Writer; reads that need no model go to the store."""
 
     async def __init__(
-        self, settings: Settings, recall: DeploymentHandle, writer: DeploymentHandle, embedder: DeploymentHandle,
-        scheduler: DeploymentHandle,
+        self, settings: Settings, writer: DeploymentHandle, embedder: DeploymentHandle, scheduler: DeploymentHandle,
     ) -> None:
-        self._settings = settings
-        self._recall, self._writer, self._embedder, self._scheduler = recall, writer, embedder, scheduler
-        info = await embedder.info.remote()
-        self._store = LanceStore(
-            settings.storage_uri, embedding_model=info["name"], embedding_dim=info["dim"],
-            storage_options=settings.storage_options,
-        )
         from agent_memory.service import MemoryService
 
+        self._settings = settings
+        self._writer, self._embedder, self._scheduler = writer, embedder, scheduler
+        info = await embedder.info.remote()
+        self._store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
         # Reads only (get, list, history, sessions); changes go through the Writer, in order.
         self._reader = MemoryService(self._store, None, settings, defer_access=False)
+        # Recall runs here, one hop fewer than a recall deployment of its own (measured in
+        # benchmarks/serve_latency.py); queries batch on the Embedder; access bookkeeping is deferred.
+        queries = RemoteEmbedder(
+            embedder, info["name"], info["dim"], settings.embedder_timeout_s, asyncio.get_running_loop()
+        )
+        self._recaller = MemoryService(self._store, queries, settings, defer_access=True)
+        self._recall_pool = ThreadPoolExecutor(max_workers=settings.recall_threads, thread_name_prefix="recall")
+        self._recall_latency = metrics.recall_latency()
         app.state.settings = settings
         app.state.keys = ApiKeys.load(settings.api_keys_file)
         app.state.rate = defaultdict(list)
         app.state.requests = metrics.requests()
+
+    def __del__(self) -> None:
+        if hasattr(self, "_recaller"):
+            self._recaller.close()  # flushes the deferred access counts
 
     async def _read(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -280,7 +340,17 @@ class IngressDeployment:
     async def search(self, body: SearchIn, caller: Caller) -> dict[str, Any]:
         """Recall: vector + keyword search fused with recency and importance, inside one user."""
         caller.require("reader")
-        return await self._recall.search.remote(caller.org_id, dump(body))
+        started = time.perf_counter()
+        result = await asyncio.get_running_loop().run_in_executor(
+            self._recall_pool, self._recaller.recall, caller.org_id, dump(body)
+        )
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self._recall_latency.observe(elapsed_ms, tags={"degraded": str(result.degraded).lower()})
+        payload = result.model_dump(mode="json")
+        for hit in payload["memories"]:
+            for key in ("user_id", "team_id", "agent_id", "session_id"):
+                hit.pop(key, None)
+        return payload
 
     @app.get("/v1/memories", tags=["memories"])
     async def list_memories(

@@ -1,7 +1,7 @@
 """The Ray Serve application: a FastAPI ingress composed with an embedder, recall and a writer.
 
-    ingress --search--> Recall --embed_query (batched)--> Embedder
-    ingress --writes--> Writer --embed_many-------------> Embedder   (coalesced commits, in order)
+    ingress --search--> recall in the ingress replica --embed_query (batched)--> Embedder
+    ingress --writes--> Writer --embed_many--> Embedder   (coalesced commits, in order)
     ingress --reads---> store (list, get, history, sessions, jobs)
 
 `build(settings)` returns the whole application; replicas, autoscaling and resources come from
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,21 +42,34 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 
 class RemoteEmbedder(Embedder):
-    """The Embedder deployment seen through the core's Embedder interface (used in worker threads)."""
+    """The Embedder deployment seen through the core's Embedder interface, from worker threads.
 
-    def __init__(self, handle: DeploymentHandle, name: str, dim: int, timeout_s: float) -> None:
+    Calls are made on the replica's event loop (`loop`) and awaited there, so they work whether
+    Serve's router runs in a loop of its own or in the replica's (`RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0`,
+    see serve_app.config.SERVE_ENV), where a blocking `.result()` is refused.
+    """
+
+    def __init__(
+        self, handle: DeploymentHandle, name: str, dim: int, timeout_s: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
         super().__init__(cache_size=0)
         self._handle = handle
         self.name, self.dim = name, dim
         self._timeout = timeout_s
+        self._loop = loop
         self._oov: OrderedDict[str, float] = OrderedDict()
 
     def _call(self, method: str, arg: Any) -> Any:
+        async def call() -> Any:
+            return await getattr(self._handle, method).remote(arg)
+
+        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
         try:
-            return getattr(self._handle, method).remote(arg).result(timeout_s=self._timeout)
+            return future.result(timeout=self._timeout)
         except AgentMemoryError:
             raise
         except Exception as exc:  # timeouts, a dead replica, back-pressure rejections
+            future.cancel()
             raise UnavailableError(f"the embedding model did not answer: {type(exc).__name__}") from exc
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
@@ -128,39 +140,6 @@ class EmbedderDeployment:
         return await self._run(texts)
 
 
-async def _remote_service(settings: Settings, embedder_handle: DeploymentHandle, *, defer_access: bool) -> MemoryService:
-    info = await embedder_handle.info.remote()
-    embedder = RemoteEmbedder(embedder_handle, info["name"], info["dim"], settings.embedder_timeout_s)
-    store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
-    return MemoryService(store, embedder, settings, defer_access=defer_access)
-
-
-@serve.deployment(name="Recall", ray_actor_options={"num_cpus": 0.25})
-class RecallDeployment:
-    """Recall: prefiltered vector + keyword search and fusion; access bookkeeping deferred."""
-
-    async def __init__(self, settings: Settings, embedder: DeploymentHandle) -> None:
-        self._service = await _remote_service(settings, embedder, defer_access=True)
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
-        self._latency = metrics.recall_latency()
-
-    async def search(self, org_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One recall, as the HTTP search body."""
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor, self._service.recall, org_id, body)
-        self._latency.observe((time.perf_counter() - started) * 1000, tags={"degraded": str(result.degraded).lower()})
-        payload = result.model_dump(mode="json")
-        for hit in payload["memories"]:
-            for key in ("user_id", "team_id", "agent_id", "session_id"):
-                hit.pop(key, None)
-        return payload
-
-    def __del__(self) -> None:
-        if hasattr(self, "_service"):
-            self._service.close()
-
-
 @dataclass
 class _Operation:
     kind: str  # "write" or "call"
@@ -182,7 +161,12 @@ class WriterDeployment:
 
     async def __init__(self, settings: Settings, embedder: DeploymentHandle) -> None:
         self._settings = settings
-        self._service = await _remote_service(settings, embedder, defer_access=False)
+        info = await embedder.info.remote()
+        store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
+        remote = RemoteEmbedder(
+            embedder, info["name"], info["dim"], settings.embedder_timeout_s, asyncio.get_running_loop()
+        )
+        self._service = MemoryService(store, remote, settings, defer_access=False)
         # One thread: commits happen one after another, in queue order.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit")
         self._queue: list[_Operation] = []
@@ -370,10 +354,9 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
 
     options = deployment_options(settings, config)
     embedder = EmbedderDeployment.options(**options["Embedder"]).bind(settings)
-    recall = RecallDeployment.options(**options["Recall"]).bind(settings, embedder)
     writer = WriterDeployment.options(**options["Writer"]).bind(settings, embedder)
     scheduler = SchedulerDeployment.options(**options["Scheduler"]).bind(settings)
-    return IngressDeployment.options(**options["Ingress"]).bind(settings, recall, writer, embedder, scheduler)
+    return IngressDeployment.options(**options["Ingress"]).bind(settings, writer, embedder, scheduler)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

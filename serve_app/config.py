@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,12 @@ from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "cluster" / "serve_config.yaml"
-DEPLOYMENTS = ("Ingress", "Recall", "Embedder", "Writer", "Scheduler")
+DEPLOYMENTS = ("Ingress", "Embedder", "Writer", "Scheduler")
+# Serve's own switches, set for every process of a local cluster before Ray starts: user code and
+# the handle router run on the replica's event loop rather than on a thread and a loop of their
+# own. Measured on the search path (benchmarks/serve_latency.py): about a third more searches a
+# second on 2 cores, and lower latency at one client. An operator's own values win.
+SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"}
 _OPTION_KEYS = {
     "num_replicas", "autoscaling_config", "max_ongoing_requests", "ray_actor_options", "user_config",
     "graceful_shutdown_timeout_s", "health_check_period_s", "health_check_timeout_s", "max_queued_requests",
@@ -56,3 +62,11 @@ def http_options(config: dict[str, Any], host: str | None, port: int | None) -> 
     """Where the proxy listens: command-line flags, then the config file, then loopback:8000."""
     http = dict(config.get("http_options") or {})
     return {"host": host or http.get("host", "127.0.0.1"), "port": int(port or http.get("port", 8000))}
+
+
+def serve_env() -> dict[str, str]:
+    """Put SERVE_ENV into this process's environment where unset (call before `ray.init`, whose
+    local processes inherit it) and return the values in effect, for a job's `runtime_env`."""
+    for key, value in SERVE_ENV.items():
+        os.environ.setdefault(key, value)
+    return {key: os.environ[key] for key in SERVE_ENV}

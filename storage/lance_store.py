@@ -171,32 +171,52 @@ class LanceStore:
         rows = self._rows(name, Where().eq("org_id", org_id).isin("id", ids), ["id"])
         return {r["id"] for r in rows}
 
-    def _insert_absent(self, name: str, rows: list[dict[str, Any]], table_schema: pa.Schema) -> None:
+    def _insert_absent(self, name: str, rows: list[dict[str, Any]], table_schema: pa.Schema) -> Any:
+        """Insert the rows whose id is absent, in one commit; the merge's result (counts, version)."""
         if not rows:
-            return
+            return None
         data = pa.Table.from_pylist(rows, schema=table_schema)
         table = self._tables[name]
-        _retrying(lambda: table.merge_insert("id").when_not_matched_insert_all().execute(data), f"insert {name}")
+        return _retrying(
+            lambda: table.merge_insert("id").when_not_matched_insert_all().execute(data), f"insert {name}"
+        )
 
     # -- memories ------------------------------------------------------------------------------
 
-    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord]) -> set[str]:
-        """Insert absent records in one commit; return the ids that were new."""
+    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord], *, known_absent: bool = False) -> set[str]:
+        """Insert absent records in one commit; return the ids that were new.
+
+        `known_absent`: the caller has just looked the ids up and found none (the write path
+        does, for its idempotency check), so they are not looked up again. The insert stays
+        insert-if-absent; if a concurrent writer stored some of them first, the merge inserts
+        fewer rows, and those are found in the version before this commit.
+        """
         for record in records:
             if record.org_id != org_id:
                 raise InvalidInputError("every record must belong to the org being written")
-        existing = self._existing_ids(sc.MEMORIES, org_id, [r.id for r in records])
-        fresh = [r for r in records if r.id not in existing]
+        ids = [r.id for r in records]
+        fresh = records if known_absent else [r for r in records if r.id not in self._existing_ids(sc.MEMORIES, org_id, ids)]
         table_schema = self._tables[sc.MEMORIES].schema
-        self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in fresh], table_schema)
-        return {r.id for r in fresh}
+        result = self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in fresh], table_schema)
+        inserted = int(getattr(result, "num_inserted_rows", len(fresh)) if result is not None else 0)
+        if inserted == len({r.id for r in fresh}):
+            return {r.id for r in fresh}
+        before = self._tables[sc.MEMORIES].to_lance().checkout_version(int(result.version) - 1)
+        where = Where().eq("org_id", org_id).isin("id", [r.id for r in fresh]).render()
+        earlier = set(before.to_table(columns=["id"], filter=where).column("id").to_pylist())
+        return {r.id for r in fresh if r.id not in earlier}
 
     def origin_hashes(self, org_id: str, ids: Sequence[str]) -> dict[str, str]:
-        """The origin hash of each id that exists in the org (ids are derived per org and user)."""
+        """The origin hash of each id that exists in the org (ids are derived per org and user).
+
+        Read through the recall snapshot, which follows the table's version: the same rows as a
+        query of the table, with less overhead per call (this lookup is on every write's path).
+        """
         if not ids:
             return {}
-        rows = self._rows(sc.MEMORIES, Where().eq("org_id", org_id).isin("id", ids), ["id", "origin_hash"])
-        return {r["id"]: r["origin_hash"] for r in rows}
+        where = Where().eq("org_id", org_id).isin("id", ids).render()
+        rows = self._snapshot().to_table(columns=["id", "origin_hash"], filter=where)
+        return dict(zip(rows.column("id").to_pylist(), rows.column("origin_hash").to_pylist(), strict=True))
 
     def get_memories(self, scope: Scope, ids: Sequence[str], *, with_vectors: bool = False) -> list[MemoryRecord]:
         """The records among `ids` inside the scope."""

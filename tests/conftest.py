@@ -74,7 +74,10 @@ def ray_session() -> Iterator[None]:
     """One local Ray for the whole test session (2 CPUs, as on every machine here)."""
     import ray
 
+    from serve_app.config import serve_env
+
     if not ray.is_initialized():
+        serve_env()  # the same Serve switches as `agent-memory serve`, inherited by Ray's processes
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent_memory.embedding import OpenAIEmbedder, SentenceTransformerEmbedder, build_embedder
-from agent_memory.errors import UnavailableError
+from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from storage import LanceStore
@@ -21,6 +21,21 @@ def test_bundled_model_is_offline_normalised_and_sees_unknown_text(embedder: Sen
     unreadable, readable = embedder.oov_shares(["服务器 操作系统", "I love Python"])
     assert unreadable == 1.0 and readable == 0.0
     assert embedder.embed_batch([]).shape == (0, 384)
+
+
+def test_onnx_runtime_gives_the_vectors_of_torch(embedder: SentenceTransformerEmbedder) -> None:
+    # On CPU the bundled model runs on ONNX Runtime; stored vectors from either backend mix freely.
+    assert embedder.backend == "onnx"
+    reference = SentenceTransformerEmbedder(backend="torch")
+    assert reference.backend == "torch"
+    texts = ["I love Python programming", "用户喜欢吃苹果", "word " * 400, "", "Refunds need two approvals"]
+    texts += [f"memory number {i} about tea" for i in range(40)]  # several length-sorted batches
+    fast, slow = embedder.embed_batch(texts), reference.embed_batch(texts)
+    assert fast.shape == slow.shape == (45, 384) and fast.dtype == np.float32
+    assert np.abs(fast - slow).max() < 1e-5
+    assert np.abs(embedder.embed_batch(["just one query"]) - reference.embed_query("just one query")).max() < 1e-5
+    with pytest.raises(InvalidInputError, match="embedding_backend"):
+        SentenceTransformerEmbedder(backend="tensorflow")
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -180,6 +181,27 @@ def test_consolidation_on_demand_and_schedule(api) -> None:
         sorted(m["content"] for m in active) == ["I mainly use Python for work!", "My colleague hates Python."]
     schedule = c.get("/v1/schedule").json()
     assert schedule["enabled"] is True and schedule["next_run"]
+
+
+def test_chunked_bodies_are_limited_while_read_and_request_ids_are_kept(api) -> None:
+    c = api()
+    user = _user()
+
+    def chunks(body: bytes, size: int = 10_000):
+        for start in range(0, len(body), size):
+            yield body[start : start + size]
+
+    headers = {"content-type": "application/json", "x-request-id": "trace-42"}
+    big = b'{"user_id": "u", "content": "' + b"x" * 300_000 + b'"}'
+    r = c.post("/v1/memories", content=chunks(big), headers=headers)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    assert r.headers["x-request-id"] == "trace-42"
+    small = json.dumps({"user_id": user, "content": "分块上传的记忆 chunked upload"}, ensure_ascii=False).encode()
+    r = c.post("/v1/memories", content=chunks(small, 7), headers=headers)
+    assert r.status_code == 201, r.text
+    assert r.headers["x-request-id"] == "trace-42"
+    hits = c.post("/v1/memories/search", json={"user_id": user, "query": "chunked upload"}).json()
+    assert [h["content"] for h in hits["memories"]] == ["分块上传的记忆 chunked upload"]
 
 
 @pytest.mark.parametrize(

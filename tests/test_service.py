@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
-from agent_memory.models import Scope
+from agent_memory.models import NewMemory, Scope
 from agent_memory.service import MemoryService
 from storage import LanceStore
 from tests.conftest import Clock
@@ -33,6 +33,19 @@ def test_add_is_idempotent_and_conflicting_key_is_refused(service: MemoryService
     assert _count(service) == 3
     events = service.history(U, plain)
     assert [e.action for e in events] == ["created"]
+
+
+def test_a_writer_that_lost_the_race_for_an_id_stores_nothing_twice(service: MemoryService) -> None:
+    # Two writers looked the same id up, found it absent, and both commit: the first one wins.
+    ours = service.prepare("acme", NewMemory(user_id="u1", content="prefers green tea"))
+    theirs = service.prepare("acme", NewMemory(user_id="u1", content="prefers green tea"))
+    other = service.prepare("acme", NewMemory(user_id="u1", content="lives in Lyon"))
+    service.embed_records([ours, theirs, other])
+    assert service.store.insert_memories("acme", [theirs], known_absent=True) == {theirs.id}
+    # The loser's merge inserts only what is still absent and reports only that as created.
+    assert service.store.insert_memories("acme", [ours, other], known_absent=True) == {other.id}
+    assert _count(service) == 2
+    assert service.store.insert_memories("acme", [ours, other]) == set()  # the looked-up path agrees
 
 
 @pytest.mark.parametrize(

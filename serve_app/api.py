@@ -22,6 +22,7 @@ from ray.exceptions import RayError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agent_memory.embedding import BatchingEmbedder, Embedder, build_embedder
 from agent_memory.errors import (
     AgentMemoryError,
     ConflictError,
@@ -262,6 +263,7 @@ class IngressDeployment:
 
     async def __init__(
         self, settings: Settings, writer: DeploymentHandle, embedder: DeploymentHandle, scheduler: DeploymentHandle,
+        *, local_queries: bool = False,
     ) -> None:
         from agent_memory.service import MemoryService
 
@@ -271,11 +273,19 @@ class IngressDeployment:
         self._store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
         # Reads only (get, list, history, sessions); changes go through the Writer, in order.
         self._reader = MemoryService(self._store, None, settings, defer_access=False)
-        # Recall runs here, one hop fewer than a recall deployment of its own (measured in
-        # benchmarks/serve_latency.py); queries batch on the Embedder; access bookkeeping is deferred.
-        queries = RemoteEmbedder(
-            embedder, info["name"], info["dim"], settings.embedder_timeout_s, asyncio.get_running_loop()
-        )
+        # Recall runs here, one hop from the client (see benchmarks/serve_latency.py), with access
+        # bookkeeping deferred. Queries are embedded in this replica, concurrent ones sharing a
+        # forward pass, or, where the Embedder holds a GPU, there (build() decides).
+        queries: Embedder
+        if local_queries:
+            model = await asyncio.get_running_loop().run_in_executor(None, build_embedder, settings)
+            queries = BatchingEmbedder(
+                model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s
+            )
+        else:
+            queries = RemoteEmbedder(
+                embedder, info["name"], info["dim"], settings.embedder_timeout_s, asyncio.get_running_loop()
+            )
         self._recaller = MemoryService(self._store, queries, settings, defer_access=True)
         self._recall_pool = ThreadPoolExecutor(max_workers=settings.recall_threads, thread_name_prefix="recall")
         self._recall_latency = metrics.recall_latency()

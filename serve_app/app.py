@@ -365,7 +365,9 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
     embedder = EmbedderDeployment.options(**options["Embedder"]).bind(settings)
     writer = WriterDeployment.options(**options["Writer"]).bind(settings, embedder)
     scheduler = SchedulerDeployment.options(**options["Scheduler"]).bind(settings)
-    return IngressDeployment.options(**options["Ingress"]).bind(settings, writer, embedder, scheduler)
+    mode = settings.query_embedding
+    local = mode == "local" or (mode == "auto" and not options["Embedder"]["ray_actor_options"].get("num_gpus"))
+    return IngressDeployment.options(**options["Ingress"]).bind(settings, writer, embedder, scheduler, local_queries=local)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

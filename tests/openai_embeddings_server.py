@@ -1,7 +1,8 @@
 """A small OpenAI-compatible embeddings server for tests, on loopback (stdlib only).
 
 Vectors are deterministic bags of hashed words, so similar texts get similar vectors. Setting
-`fail_with` makes every call answer that HTTP status, to exercise outages.
+`fail_with` makes every call answer that HTTP status, to exercise outages; `delay_s` makes it
+slow, as an overloaded endpoint is. `batches` records how many texts each call carried.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -30,7 +32,9 @@ class EmbeddingsServer:
 
     def __init__(self) -> None:
         self.fail_with: int | None = None
+        self.delay_s = 0.0
         self.calls = 0
+        self.batches: list[int] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,6 +44,8 @@ class EmbeddingsServer:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 server.calls += 1
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                server.batches.append(len(body["input"]) if isinstance(body["input"], list) else 1)
+                time.sleep(server.delay_s)
                 if server.fail_with is not None:
                     payload = json.dumps({"error": {"message": "unavailable", "type": "server_error"}}).encode()
                     self.send_response(server.fail_with)

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
-from agent_memory.embedding import OpenAIEmbedder, SentenceTransformerEmbedder, build_embedder
+from agent_memory.embedding import (
+    BatchingEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    build_embedder,
+)
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
@@ -75,3 +83,52 @@ def test_recall_degrades_to_keywords_when_the_embedder_is_down(openai_server: Em
         service.add("acme", {"user_id": "u1", "content": "never half-stored"})
     assert store.table("memories").count_rows() == 2  # the failed write left nothing behind
     service.close()
+
+
+def test_concurrent_queries_share_forward_passes(openai_server: EmbeddingsServer) -> None:
+    settings = Settings(embedding_model="openai:test-embed", embedding_base_url=openai_server.url,  # type: ignore[call-arg]
+                        _env_file=None)
+    inner = build_embedder(settings)
+    batcher = BatchingEmbedder(inner, max_batch=4, timeout_s=10)
+    openai_server.delay_s, openai_server.batches = 0.3, []
+    queries = [f"question number {i}" for i in range(9)]
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        first = pool.submit(batcher.embed_query, queries[0])
+        time.sleep(0.1)  # the first query is in its pass; the others queue behind it
+        rest = list(pool.map(batcher.embed_query, queries[1:]))
+    # A lone query went at once, with no waiting window; the eight that queued went as two passes.
+    assert openai_server.batches == [1, 4, 4] and batcher.batch_sizes == [1, 4, 4]
+    openai_server.delay_s = 0.0
+    assert np.allclose(np.stack([first.result(), *rest]), inner.embed_batch(queries), atol=1e-6)
+
+
+def test_a_slow_or_failing_model_makes_queries_unavailable_not_stuck(openai_server: EmbeddingsServer) -> None:
+    settings = Settings(embedding_model="openai:test-embed", embedding_base_url=openai_server.url,  # type: ignore[call-arg]
+                        _env_file=None)
+    impatient = BatchingEmbedder(build_embedder(settings), timeout_s=0.2)
+    patient = BatchingEmbedder(build_embedder(settings), timeout_s=30)
+    openai_server.delay_s = 1.0
+    with pytest.raises(UnavailableError, match="did not answer"):
+        impatient.embed_query("slow")
+    openai_server.delay_s, openai_server.fail_with = 0.0, 503
+    with pytest.raises(UnavailableError, match="embedding endpoint failed"):
+        patient.embed_query("failing")
+    openai_server.fail_with = None
+    assert patient.embed_query("recovered").shape == (DIM,)
+
+
+def test_the_local_model_serves_many_threads_at_once(embedder: SentenceTransformerEmbedder) -> None:
+    # Queries of a search replica's threads: vectors and vocabulary coverage at the same time.
+    # A fast tokenizer is shared state: unguarded, a coverage call switched padding off under a
+    # batch of queries of different lengths ("setting an array element with a sequence").
+    batcher = BatchingEmbedder(embedder, timeout_s=60)
+    texts = [("which editor does the user use " * (1 + i % 12)) + f"用户 {i}" for i in range(160)]
+
+    def both(text: str) -> tuple[np.ndarray, float]:
+        return batcher.embed_query(text), embedder.oov_shares([text, text + " more"])[0]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(both, texts))
+    assert np.abs(np.stack([v for v, _ in results]) - embedder.embed_batch(texts)).max() < 1e-5
+    assert max(batcher.batch_sizes) > 1  # concurrent queries did share passes
+    assert [share for _, share in results] == embedder.oov_shares(texts)

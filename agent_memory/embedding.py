@@ -9,18 +9,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import tempfile
 import threading
 import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agent_memory.errors import InvalidInputError, UnavailableError
+from agent_memory.errors import AgentMemoryError, InvalidInputError, UnavailableError
 from agent_memory.settings import BUNDLED_MODEL, Settings
 
 log = logging.getLogger(__name__)
@@ -80,55 +82,87 @@ class BatchingEmbedder(Embedder):
     A lone query runs at once, with no waiting window; queries that arrive while the model is
     busy go together into the next pass, up to `max_batch`. Lists of several texts go straight
     to the wrapped embedder. A query not answered within `timeout_s` is unavailable, like a
-    remote embedder's.
+    remote embedder's; so is one whose pass failed for a reason other than its input.
     """
 
-    def __init__(self, inner: Embedder, max_batch: int = 16, cache_size: int = 0, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, inner: Embedder, max_batch: int = 16, cache_size: int = 0, timeout_s: float | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
         super().__init__(cache_size)
         self.inner = inner
         self.name, self.dim = inner.name, inner.dim
         self.max_batch = max_batch
         self._timeout = timeout_s
+        self._on_batch = on_batch
         self._pending: list[tuple[str, Future[np.ndarray]]] = []
         self._ready = threading.Condition()
+        self._closed = False
         self.batch_sizes: list[int] = []  # the last passes' sizes
-        threading.Thread(target=self._work, name="query-batcher", daemon=True).start()
+        self._thread = threading.Thread(target=self._work, name="query-batcher", daemon=True)
+        self._thread.start()
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) != 1:
             return self.inner.embed_batch(texts)
         future: Future[np.ndarray] = Future()
         with self._ready:
+            if self._closed:
+                raise UnavailableError("the query embedder is closed")
             self._pending.append((texts[0], future))
             self._ready.notify()
         try:
             return future.result(timeout=self._timeout)[None, :]
-        except TimeoutError:
+        except FutureTimeout:
             future.cancel()
             raise UnavailableError(f"the embedding model did not answer within {self._timeout} s") from None
 
     def oov_shares(self, texts: Sequence[str]) -> list[float]:
         return self.inner.oov_shares(texts)
 
+    def close(self) -> None:
+        """Stop the batching thread; queries still waiting become unavailable."""
+        with self._ready:
+            self._closed = True
+            pending, self._pending = self._pending, []
+            self._ready.notify()
+        for _, future in pending:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(UnavailableError("the query embedder is closed"))
+        self._thread.join(timeout=5)
+
     def _work(self) -> None:
         while True:
             with self._ready:
-                while not self._pending:
+                while not self._pending and not self._closed:
                     self._ready.wait()
+                if self._closed:
+                    return
                 batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             batch = [(text, future) for text, future in batch if future.set_running_or_notify_cancel()]
-            if not batch:
-                continue
+            if batch:
+                self._run(batch)
+
+    def _run(self, batch: list[tuple[str, Future[np.ndarray]]]) -> None:
+        """One pass; whatever happens, every caller in it gets a vector or an error."""
+        try:
             self.batch_sizes = [*self.batch_sizes[-255:], len(batch)]
-            try:
-                vectors = self.inner.embed_batch([text for text, _ in batch])
-            except Exception as exc:  # every waiting caller gets the model's error, as unavailability
-                error = exc if isinstance(exc, UnavailableError) else UnavailableError(f"the embedding model failed: {exc}")
-                for _, future in batch:
-                    future.set_exception(error)
-                continue
-            for i, (_, future) in enumerate(batch):
-                future.set_result(vectors[i])
+            if self._on_batch is not None:
+                self._on_batch(len(batch))
+            vectors = self.inner.embed_batch([text for text, _ in batch])
+            if len(vectors) != len(batch):
+                raise UnavailableError(f"the embedding model returned {len(vectors)} vectors for {len(batch)} texts")
+            results: list[np.ndarray | BaseException] = list(vectors)
+        except AgentMemoryError as exc:  # unavailability, or a text the model refuses: as it is
+            results = [exc] * len(batch)
+        except Exception as exc:  # anything else the model raises is unavailability
+            log.exception("query embedding failed")
+            results = [UnavailableError(f"the embedding model failed: {type(exc).__name__}: {exc}")] * len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
 
 def bundled_model_path() -> str:
@@ -176,7 +210,9 @@ class SentenceTransformerEmbedder(Embedder):
         self.backend = "torch"
         if backend not in ("auto", "torch", "onnx"):
             raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
-        if backend == "onnx" or (backend == "auto" and device == "cpu"):
+        if backend == "onnx" and device != "cpu":
+            log.warning("embedding_backend onnx applies to CPU only: %s runs on torch on %s", model, device)
+        elif backend in ("auto", "onnx") and device == "cpu":
             try:
                 self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing)
                 self.backend = "onnx"
@@ -240,39 +276,38 @@ class OnnxEncoder:
 
     @classmethod
     def for_model(cls, model: Any, path: str, lock: threading.Lock) -> OnnxEncoder:
-        import torch
-
+        """Load (or export, then load) the model's graph, and check it against torch on probe texts:
+        a cached graph that no longer matches (weights changed in place) is exported again; a
+        fresh one that does not match is refused, and the caller stays on torch."""
         modules = [type(m).__name__ for m in model]
         pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
         if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
             raise ValueError(f"modules {modules} with {pooling} pooling are not the supported shape")
-        transformer = model[0].auto_model
-        tokenizer = model.tokenizer
-        probe = tokenizer(["probe"], return_tensors="pt")
-        inputs = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probe]
+        if getattr(model, "default_prompt_name", None):
+            raise ValueError("models with a default prompt are not supported")
         graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx"
-        if not graph.exists():
-            graph.parent.mkdir(parents=True, exist_ok=True)
+        cached = graph.exists()
+        for attempt in ("cached", "fresh") if cached else ("fresh",):
+            try:
+                if attempt == "fresh":
+                    _export(model, graph)
+                encoder = cls._load(model, graph, lock)
+                if encoder.matches(model):
+                    return encoder
+                problem = "does not give the model's vectors"
+            except Exception as exc:
+                if attempt == "fresh":
+                    raise
+                problem = f"cannot be loaded ({type(exc).__name__})"
+            graph.unlink(missing_ok=True)
+            if attempt == "cached":
+                log.warning("the cached ONNX graph %s %s: exporting it again", graph, problem)
+        raise ValueError("the exported graph does not give the model's vectors")
 
-            class Hidden(torch.nn.Module):
-                def __init__(self, inner: Any) -> None:
-                    super().__init__()
-                    self.inner = inner
-
-                def forward(self, *args: Any) -> Any:
-                    return self.inner(**dict(zip(inputs, args, strict=True))).last_hidden_state
-
-            # Written aside and renamed: processes exporting at once never read a partial file.
-            partial = graph.with_suffix(f".{os.getpid()}.partial")
-            axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the tracer's notes on shapes it fixed; axes stay dynamic
-                torch.onnx.export(
-                    Hidden(transformer).eval(), tuple(probe[k] for k in inputs), str(partial), input_names=inputs,
-                    output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
-                )
-            os.replace(partial, graph)
+    @classmethod
+    def _load(cls, model: Any, graph: Path, lock: threading.Lock) -> OnnxEncoder:
         import onnxruntime
+        import torch
 
         options = onnxruntime.SessionOptions()
         # As many threads as torch was given (Ray gives fractional-CPU actors one), and no
@@ -281,7 +316,19 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
-        return cls(session, tokenizer, int(model.max_seq_length or 512), inputs, lock)
+        inputs = [i.name for i in session.get_inputs()]
+        return cls(session, model.tokenizer, int(model.max_seq_length or 512), inputs, lock)
+
+    def matches(self, model: Any) -> bool:
+        """Whether this graph gives the torch model's vectors on a few texts of different lengths."""
+        import torch
+
+        probe = ["probe", "a longer probe sentence about the user's preferences", "用户喜欢喝绿茶"]
+        with self._tokenizing:
+            features = model.preprocess(probe)
+        with torch.inference_mode():
+            expected = torch.nn.functional.normalize(model(features)["sentence_embedding"].float(), dim=1).numpy()
+        return bool(np.abs(self._run(probe) - expected).max() < 1e-4)
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Unit vectors in the order of `texts`, in batches of similar lengths (less padding)."""
@@ -305,19 +352,58 @@ class OnnxEncoder:
         return _normalise(pooled)
 
 
+def _export(model: Any, graph: Path) -> None:
+    """Export the transformer of a sentence-transformers model to an ONNX graph at `graph`.
+
+    Written to a temporary file beside it and renamed, so processes (or containers sharing the
+    cache) exporting at once never read a partial file.
+    """
+    import torch
+
+    tokenizer = model.tokenizer
+    probe = tokenizer(["probe"], return_tensors="pt")
+    inputs = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probe]
+    transformer = model[0].auto_model
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: Any) -> Any:
+            return self.inner(**dict(zip(inputs, args, strict=True))).last_hidden_state
+
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=graph.parent, suffix=".partial")
+    os.close(handle)
+    try:
+        axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's notes on shapes it fixed; axes stay dynamic
+            torch.onnx.export(
+                Hidden(transformer).eval(), tuple(probe[k] for k in inputs), partial, input_names=inputs,
+                output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
+            )
+        os.replace(partial, graph)
+    finally:
+        Path(partial).unlink(missing_ok=True)
+
+
 def _onnx_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "agent-memory" / "onnx"
 
 
 def _model_key(path: str) -> str:
-    """The model's directory name and a digest of its files' names, sizes and config, so that
-    another model or other weights at the same path get a graph of their own."""
+    """The model's directory name and a digest of its files' names, sizes, times and config, so
+    that another model or other weights at the same path get a graph of their own (and the probe
+    check in `OnnxEncoder.for_model` catches what a digest cannot, such as a hub name)."""
     root = Path(path)
     digest = hashlib.sha256(str(root.resolve()).encode())
     if root.is_dir():
         for file in sorted(p for p in root.rglob("*") if p.is_file()):
-            digest.update(f"{file.relative_to(root)}:{file.stat().st_size}".encode())
+            stat = file.stat()
+            digest.update(f"{file.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
             if file.name == "config.json":
                 digest.update(file.read_bytes())
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in root.name)[:60]

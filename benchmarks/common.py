@@ -44,7 +44,7 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 def cpu_by_process(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) used so far by a process and its descendants, by process role.
 
-    Ray workers are named after their actor (`ray::ServeReplica:agent-memory:Recall`), so Serve
+    Ray workers are named after their actor (`ray::ServeReplica:agent-memory:Ingress`), so Serve
     deployments, the proxy and the controller appear by name; the driver is `driver`.
     """
     import psutil

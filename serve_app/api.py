@@ -164,16 +164,23 @@ class RequestContext:
         # Serve's proxy gives every request an id (the client's `x-request-id` when it sends one),
         # returns it in the `x-request-id` header and logs it; our log line carries the same id.
         request_id = serve_request_id() or headers.get(b"x-request-id", b"").decode("latin-1") or uuid.uuid4().hex
-        status = {"code": 500}
+        status = {"code": 500, "started": False}
 
         async def send_status(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                status["code"], status["started"] = message["status"], True
             await send(message)
 
         state = scope["app"].state  # the FastAPI app's (Starlette sets it before any middleware)
         try:
-            await self._limited(scope, receive, send_status, state.settings.max_body_bytes, headers)
+            try:
+                await self._limited(scope, receive, send_status, state.settings.max_body_bytes, headers)
+            except Exception as exc:
+                # Errors without a handler of their own (a replica that died, a timeout) would
+                # otherwise be answered outside this middleware, unseen by its log and metrics.
+                if status["started"]:
+                    raise
+                await error_response(exc)(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             state.requests.inc(tags={"route": route, "status": str(status["code"])})
@@ -196,7 +203,7 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         # A chunked body is read up to the limit, never further, then handed on whole.
-        body, more = b"", True
+        body, more = bytearray(), True
         while more and len(body) <= limit:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -213,7 +220,7 @@ class RequestContext:
             if delivered:
                 return await receive()
             delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
 
         await self.app(scope, replay, send)
 
@@ -256,7 +263,7 @@ Caller = Annotated[Principal, Depends(principal)]
 UserId = Annotated[str, Query(min_length=1, max_length=256, description="the user whose memories these are")]
 
 
-@serve.deployment(name="Ingress", ray_actor_options={"num_cpus": 0.25})
+@serve.deployment(name="Ingress", ray_actor_options={"num_cpus": 0.3})
 @serve.ingress(app)
 class IngressDeployment:
     """HTTP, and recall itself; changes go to the Writer; reads that need no model go to the store."""
@@ -277,10 +284,13 @@ class IngressDeployment:
         # bookkeeping deferred. Queries are embedded in this replica, concurrent ones sharing a
         # forward pass, or, where the Embedder holds a GPU, there (build() decides).
         queries: Embedder
+        self._local_queries = local_queries
         if local_queries:
             model = await asyncio.get_running_loop().run_in_executor(None, build_embedder, settings)
+            batch_sizes = metrics.embed_batch_size()
             queries = BatchingEmbedder(
-                model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s
+                model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s,
+                on_batch=lambda n: batch_sizes.observe(n, tags={"path": "query"}),
             )
         else:
             queries = RemoteEmbedder(
@@ -297,6 +307,8 @@ class IngressDeployment:
     def __del__(self) -> None:
         if hasattr(self, "_recaller"):
             self._recaller.close()  # flushes the deferred access counts
+            if isinstance(self._recaller.embedder, BatchingEmbedder):
+                self._recaller.embedder.close()
 
     async def _read(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -317,6 +329,15 @@ class IngressDeployment:
             checks["embedder"] = "ok"
         except Exception as exc:
             checks["embedder"] = f"unavailable: {type(_unwrap(exc)).__name__}"
+        if self._local_queries:
+            # Search embeds its queries in this replica: its own model decides `degraded`.
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._recall_pool, self._recaller.embedder.embed_query, "readiness probe"  # type: ignore[union-attr]
+                )
+                checks["query_embedder"] = "ok"
+            except Exception as exc:
+                checks["query_embedder"] = f"unavailable: {type(exc).__name__}"
         try:
             await asyncio.wait_for(self._writer.ping.remote(), self._settings.embedder_timeout_s)
             checks["writer"] = "ok"
@@ -328,7 +349,9 @@ class IngressDeployment:
         except Exception as exc:
             checks["store"] = f"unavailable: {type(exc).__name__}"
         ready = checks["store"] == "ok" and checks["writer"] == "ok"
-        body = {"ready": ready, "degraded": checks["embedder"] != "ok", "checks": checks}
+        # Degraded: search answers from keywords alone; writes need the Embedder either way.
+        queries = checks.get("query_embedder", checks["embedder"])
+        body = {"ready": ready, "degraded": queries != "ok" or checks["embedder"] != "ok", "checks": checks}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     # -- memories ------------------------------------------------------------------------------

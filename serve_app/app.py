@@ -59,6 +59,7 @@ class RemoteEmbedder(Embedder):
         self._timeout = timeout_s
         self._loop = loop
         self._oov: OrderedDict[str, float] = OrderedDict()
+        self._oov_lock = threading.Lock()
 
     def _call(self, method: str, arg: Any) -> Any:
         async def call() -> Any:
@@ -76,32 +77,39 @@ class RemoteEmbedder(Embedder):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Embed many texts in one call (writes)."""
         vectors, shares = self._call("embed_many", list(texts))
-        for text, share in zip(texts, shares, strict=True):
-            self._remember(text, share)
+        self._remember(texts, shares)
         return vectors
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query, batched with other replicas' queries on the embedder side."""
         vector, share = self._call("embed_one", text)
-        self._remember(text, share)
+        self._remember([text], [share])
         return vector
 
-    def _remember(self, text: str, share: float) -> None:
-        self._oov[text] = share
-        while len(self._oov) > 4096:
-            self._oov.popitem(last=False)
+    def _remember(self, texts: Sequence[str], shares: Sequence[float]) -> None:
+        with self._oov_lock:  # recall threads share this embedder
+            for text, share in zip(texts, shares, strict=True):
+                self._oov[text] = share
+                self._oov.move_to_end(text)
+            while len(self._oov) > 4096:
+                self._oov.popitem(last=False)
 
     def oov_shares(self, texts: Sequence[str]) -> list[float]:
         """Vocabulary coverage computed by the embedder alongside each vector."""
-        missing = [t for t in texts if t not in self._oov]
+        with self._oov_lock:
+            known = {t: self._oov[t] for t in texts if t in self._oov}
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
         if missing:
-            self.embed_batch(missing)
-        return [self._oov[t] for t in texts]
+            _, shares = self._call("embed_many", missing)
+            self._remember(missing, shares)
+            known.update(zip(missing, shares, strict=True))
+        return [known[t] for t in texts]
 
 
 @serve.deployment(name="Embedder", ray_actor_options={"num_cpus": 0.5})
 class EmbedderDeployment:
-    """The one embedding model of the application; queries from all recall replicas are batched."""
+    """The application's shared embedding model: the Writer's texts, and queries where it holds a GPU,
+    batched across replicas."""
 
     def __init__(self, settings: Settings) -> None:
         self._embedder = build_embedder(settings)
@@ -131,13 +139,13 @@ class EmbedderDeployment:
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)
     async def embed_one(self, texts: list[str]) -> list[tuple[np.ndarray, float]]:
         """Embed one text per caller; concurrent callers share a model call."""
-        self._batch_sizes.observe(len(texts))
+        self._batch_sizes.observe(len(texts), tags={"path": "embedder"})
         vectors, shares = await self._run(texts)
         return [(vectors[i], shares[i]) for i in range(len(texts))]
 
     async def embed_many(self, texts: list[str]) -> tuple[np.ndarray, list[float]]:
         """Embed a caller's whole list in one model call."""
-        self._batch_sizes.observe(len(texts))
+        self._batch_sizes.observe(len(texts), tags={"path": "embedder"})
         return await self._run(texts)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ import yaml
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "cluster" / "serve_config.yaml"
 DEPLOYMENTS = ("Ingress", "Embedder", "Writer", "Scheduler")
@@ -41,6 +44,9 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
     config = load_config(settings.serve_config) if config is None else config
     apps = config.get("applications") or [{}]
     declared = {d["name"]: d for d in apps[0].get("deployments", []) if "name" in d}
+    for name in sorted(set(declared) - set(DEPLOYMENTS)):
+        # e.g. `Recall` from an older config: search now runs in the ingress replicas.
+        log.warning("the Serve config names a deployment %r that this application does not have", name)
     env = (apps[0].get("runtime_env") or {}).get("env_vars") or {"HF_HUB_OFFLINE": "1"}
     options: dict[str, dict[str, Any]] = {}
     for name in DEPLOYMENTS:

@@ -9,7 +9,7 @@ _SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
 def recall_latency() -> metrics.Histogram:
-    """Whole recall latency inside the Recall replica, in milliseconds."""
+    """Whole recall latency inside the ingress replica, in milliseconds."""
     return metrics.Histogram(
         "agent_memory_recall_latency_ms", description="Recall latency (ms)", boundaries=_LATENCY_MS,
         tag_keys=("degraded",),
@@ -27,8 +27,11 @@ def commit_rows() -> metrics.Histogram:
 
 
 def embed_batch_size() -> metrics.Histogram:
-    """Texts per embedding model call."""
-    return metrics.Histogram("agent_memory_embed_batch_size", description="Texts per model call", boundaries=_SIZES)
+    """Texts per embedding model call: `path` is `embedder` (the Embedder deployment) or `query`
+    (an ingress replica's own model)."""
+    return metrics.Histogram(
+        "agent_memory_embed_batch_size", description="Texts per model call", boundaries=_SIZES, tag_keys=("path",)
+    )
 
 
 def requests() -> metrics.Counter:

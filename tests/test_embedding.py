@@ -46,6 +46,18 @@ def test_onnx_runtime_gives_the_vectors_of_torch(embedder: SentenceTransformerEm
         SentenceTransformerEmbedder(backend="tensorflow")
 
 
+def test_a_stale_or_broken_cached_graph_is_exported_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = SentenceTransformerEmbedder()
+    graphs = list((tmp_path / "agent-memory" / "onnx").glob("*.onnx"))
+    assert first.backend == "onnx" and len(graphs) == 1
+    graphs[0].write_bytes(b"not a graph")  # a damaged cache entry
+    second = SentenceTransformerEmbedder()
+    assert second.backend == "onnx" and graphs[0].stat().st_size > 1_000_000
+    assert not list(graphs[0].parent.glob("*.partial"))
+    assert np.abs(second.embed_batch(["hello"]) - first.embed_batch(["hello"])).max() < 1e-6
+
+
 @pytest.fixture
 def openai_server():
     server = EmbeddingsServer()
@@ -94,7 +106,8 @@ def test_concurrent_queries_share_forward_passes(openai_server: EmbeddingsServer
     queries = [f"question number {i}" for i in range(9)]
     with ThreadPoolExecutor(max_workers=9) as pool:
         first = pool.submit(batcher.embed_query, queries[0])
-        time.sleep(0.1)  # the first query is in its pass; the others queue behind it
+        while not openai_server.batches:  # the first query is in its pass; the others queue behind it
+            time.sleep(0.01)
         rest = list(pool.map(batcher.embed_query, queries[1:]))
     # A lone query went at once, with no waiting window; the eight that queued went as two passes.
     assert openai_server.batches == [1, 4, 4] and batcher.batch_sizes == [1, 4, 4]

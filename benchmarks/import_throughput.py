@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--engine", default="auto", choices=["auto", "ray", "local"])
     parser.add_argument("--batch-sizes", default="16,32,64,128")
     parser.add_argument("--probe", type=int, default=2_000, help="texts used to choose the batch size")
+    parser.add_argument("--name", default="import_throughput", help="results file name under benchmarks/results")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="import-bench-") as tmp:
         workdir = Path(tmp)
@@ -207,7 +208,7 @@ def main() -> None:
         "import_vs_row_by_row": round(import_rate / loop["messages_per_s"], 1),
         "targets": {"import_vs_encode": ">= 0.8", "import_vs_row_by_row": ">= 10"},
     }
-    path = write_result("import_throughput", result)
+    path = write_result(args.name, result)
     print(f"| path | messages | seconds | messages/s |\n| --- | --- | --- | --- |\n"
           f"| `agent-memory import` ({report['engine']}, whole command) | {args.messages} | "
           f"{imported['wall_s']:.1f} | {import_rate:.0f} |\n"

@@ -284,11 +284,12 @@ class IngressDeployment:
         # bookkeeping deferred. Queries are embedded in this replica, concurrent ones sharing a
         # forward pass, or, where the Embedder holds a GPU, there (build() decides).
         queries: Embedder
-        self._local_queries = local_queries
+        # The replica's own query model, when it has one (readiness checks it; `__del__` stops it).
+        self._query_model: BatchingEmbedder | None = None
         if local_queries:
             model = await asyncio.get_running_loop().run_in_executor(None, build_embedder, settings)
             batch_sizes = metrics.embed_batch_size()
-            queries = BatchingEmbedder(
+            queries = self._query_model = BatchingEmbedder(
                 model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s,
                 on_batch=lambda n: batch_sizes.observe(n, tags={"path": "query"}),
             )
@@ -307,8 +308,8 @@ class IngressDeployment:
     def __del__(self) -> None:
         if hasattr(self, "_recaller"):
             self._recaller.close()  # flushes the deferred access counts
-            if isinstance(self._recaller.embedder, BatchingEmbedder):
-                self._recaller.embedder.close()
+        if getattr(self, "_query_model", None) is not None:
+            self._query_model.close()
 
     async def _read(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -329,11 +330,11 @@ class IngressDeployment:
             checks["embedder"] = "ok"
         except Exception as exc:
             checks["embedder"] = f"unavailable: {type(_unwrap(exc)).__name__}"
-        if self._local_queries:
+        if self._query_model is not None:
             # Search embeds its queries in this replica: its own model decides `degraded`.
             try:
                 await asyncio.get_running_loop().run_in_executor(
-                    self._recall_pool, self._recaller.embedder.embed_query, "readiness probe"  # type: ignore[union-attr]
+                    self._recall_pool, self._query_model.embed_query, "readiness probe"
                 )
                 checks["query_embedder"] = "ok"
             except Exception as exc:
@@ -349,9 +350,9 @@ class IngressDeployment:
         except Exception as exc:
             checks["store"] = f"unavailable: {type(exc).__name__}"
         ready = checks["store"] == "ok" and checks["writer"] == "ok"
-        # Degraded: search answers from keywords alone; writes need the Embedder either way.
-        queries = checks.get("query_embedder", checks["embedder"])
-        body = {"ready": ready, "degraded": queries != "ok" or checks["embedder"] != "ok", "checks": checks}
+        # Degraded: search answers from keywords alone, or writes cannot embed (either model down).
+        degraded = any(checks[k] != "ok" for k in ("embedder", "query_embedder") if k in checks)
+        body = {"ready": ready, "degraded": degraded, "checks": checks}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     # -- memories ------------------------------------------------------------------------------

@@ -333,12 +333,13 @@ class OnnxEncoder:
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Unit vectors in the order of `texts`, in batches of similar lengths (less padding)."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        vectors = np.concatenate([
-            self._run([texts[i] for i in order[start : start + batch_size]])
-            for start in range(0, len(order), batch_size)
-        ])
-        out = np.empty_like(vectors)
-        out[order] = vectors  # back to the callers' order
+        out = np.empty((len(texts), 0), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            vectors = self._run([texts[i] for i in chunk])
+            if out.shape[1] == 0:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[chunk] = vectors
         return out
 
     def _run(self, texts: list[str]) -> np.ndarray:

@@ -284,12 +284,11 @@ class IngressDeployment:
         # bookkeeping deferred. Queries are embedded in this replica, concurrent ones sharing a
         # forward pass, or, where the Embedder holds a GPU, there (build() decides).
         queries: Embedder
-        # The replica's own query model, when it has one (readiness checks it; `__del__` stops it).
-        self._query_model: BatchingEmbedder | None = None
+        self._local_queries = local_queries
         if local_queries:
             model = await asyncio.get_running_loop().run_in_executor(None, build_embedder, settings)
             batch_sizes = metrics.embed_batch_size()
-            queries = self._query_model = BatchingEmbedder(
+            queries = BatchingEmbedder(
                 model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s,
                 on_batch=lambda n: batch_sizes.observe(n, tags={"path": "query"}),
             )
@@ -308,8 +307,8 @@ class IngressDeployment:
     def __del__(self) -> None:
         if hasattr(self, "_recaller"):
             self._recaller.close()  # flushes the deferred access counts
-        if getattr(self, "_query_model", None) is not None:
-            self._query_model.close()
+            if isinstance(self._recaller.embedder, BatchingEmbedder):
+                self._recaller.embedder.close()
 
     async def _read(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -330,11 +329,11 @@ class IngressDeployment:
             checks["embedder"] = "ok"
         except Exception as exc:
             checks["embedder"] = f"unavailable: {type(_unwrap(exc)).__name__}"
-        if self._query_model is not None:
+        if self._local_queries:
             # Search embeds its queries in this replica: its own model decides `degraded`.
             try:
                 await asyncio.get_running_loop().run_in_executor(
-                    self._recall_pool, self._query_model.embed_query, "readiness probe"
+                    self._recall_pool, self._recaller.embedder.embed_query, "readiness probe"  # type: ignore[union-attr]
                 )
                 checks["query_embedder"] = "ok"
             except Exception as exc:
@@ -350,9 +349,9 @@ class IngressDeployment:
         except Exception as exc:
             checks["store"] = f"unavailable: {type(exc).__name__}"
         ready = checks["store"] == "ok" and checks["writer"] == "ok"
-        # Degraded: search answers from keywords alone, or writes cannot embed (either model down).
-        degraded = any(checks[k] != "ok" for k in ("embedder", "query_embedder") if k in checks)
-        body = {"ready": ready, "degraded": degraded, "checks": checks}
+        # Degraded: search answers from keywords alone; writes need the Embedder either way.
+        queries = checks.get("query_embedder", checks["embedder"])
+        body = {"ready": ready, "degraded": queries != "ok" or checks["embedder"] != "ok", "checks": checks}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     # -- memories ------------------------------------------------------------------------------

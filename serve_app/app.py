@@ -1,7 +1,6 @@
 """The Ray Serve application: a FastAPI ingress composed with an embedder, recall and a writer.
 
-    ingress --search--> recall in the ingress replica; queries embedded there (CPU nodes, batched
-                        in the replica) or by the Embedder (where it holds a GPU)
+    ingress --search--> recall in the ingress replica --embed_query (batched)--> Embedder
     ingress --writes--> Writer --embed_many--> Embedder   (coalesced commits, in order)
     ingress --reads---> store (list, get, history, sessions, jobs)
 

@@ -194,17 +194,17 @@ class LanceStore:
         for record in records:
             if record.org_id != org_id:
                 raise InvalidInputError("every record must belong to the org being written")
-        if not known_absent:
-            existing = self._existing_ids(sc.MEMORIES, org_id, [r.id for r in records])
-            records = [r for r in records if r.id not in existing]
-        fresh = {r.id for r in records}
+        ids = [r.id for r in records]
+        fresh = records if known_absent else [r for r in records if r.id not in self._existing_ids(sc.MEMORIES, org_id, ids)]
         table_schema = self._tables[sc.MEMORIES].schema
-        result = self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in records], table_schema)
-        if result is None or result.num_inserted_rows == len(fresh):
-            return fresh
+        result = self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in fresh], table_schema)
+        inserted = int(getattr(result, "num_inserted_rows", len(fresh)) if result is not None else 0)
+        if inserted == len({r.id for r in fresh}):
+            return {r.id for r in fresh}
         before = self._tables[sc.MEMORIES].to_lance().checkout_version(int(result.version) - 1)
-        where = Where().eq("org_id", org_id).isin("id", sorted(fresh)).render()
-        return fresh - set(before.to_table(columns=["id"], filter=where).column("id").to_pylist())
+        where = Where().eq("org_id", org_id).isin("id", [r.id for r in fresh]).render()
+        earlier = set(before.to_table(columns=["id"], filter=where).column("id").to_pylist())
+        return {r.id for r in fresh if r.id not in earlier}
 
     def origin_hashes(self, org_id: str, ids: Sequence[str]) -> dict[str, str]:
         """The origin hash of each id that exists in the org (ids are derived per org and user).

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -78,6 +80,8 @@ class MemoryService:
         )
         if defer_access:
             self.access.start()
+        self._lock = threading.Lock()
+        self._helper: ThreadPoolExecutor | None = None
 
     @classmethod
     def row_builder(cls, settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
@@ -87,6 +91,8 @@ class MemoryService:
     def close(self) -> None:
         """Flush deferred access counts and stop background threads."""
         self.access.close()
+        if self._helper is not None:
+            self._helper.shutdown(wait=True)
 
     def __enter__(self) -> MemoryService:
         return self
@@ -171,6 +177,15 @@ class MemoryService:
             record.vector = vector.tolist()
             record.oov = float(share)
 
+    def _embed_beside(self, records: Sequence[MemoryRecord]) -> Future[None] | None:
+        """`embed_records` on a helper thread; None when there is nothing to embed."""
+        if not records or self.embedder is None:
+            return None
+        with self._lock:
+            if self._helper is None:
+                self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-beside")
+        return self._helper.submit(self.embed_records, records)
+
     def add(
         self, org_id: str, memory: NewMemory | dict[str, Any], *, idempotency_key: str | None = None,
         actor: str = "api",
@@ -228,8 +243,20 @@ class MemoryService:
         Each request succeeds or fails alone: a request whose idempotency key or id was used with
         another body gets a ConflictError and writes nothing; the others are committed together.
         """
+        first: dict[str, MemoryRecord] = {}
+        for records in requests:
+            for r in records:
+                first.setdefault(r.id, r)
+        # The model embeds the texts while the store looks their ids up: both mostly wait on
+        # other processes or native threads. Only a retried write's texts are embedded for nothing.
+        embedding = self._embed_beside([r for r in first.values() if r.vector is None])
         # id -> origin hash of what is stored, or accepted earlier in this batch
-        known = self.store.origin_hashes(org_id, sorted({r.id for records in requests for r in records}))
+        try:
+            known = self.store.origin_hashes(org_id, sorted(first))
+        except BaseException:
+            if embedding is not None:
+                embedding.cancel()
+            raise
         stored = set(known)
         results: list[WriteResult | ConflictError] = []
         fresh: dict[str, MemoryRecord] = {}
@@ -257,6 +284,11 @@ class MemoryService:
             accepted.append((index, list(unique.values())))
             results.append(WriteResult([r.id for r in records], set()))
         new_records = list(fresh.values())
+        if embedding is not None:
+            if new_records:
+                embedding.result()  # a model that failed fails the batch, as it always did
+            else:
+                embedding.cancel()  # a retry of stored writes: no vector is needed
         # Records embedded upstream (a batch job's actor pool) keep their vectors.
         self.embed_records([r for r in new_records if r.vector is None])
         # `fresh` holds only ids the lookup above found absent: the store need not look them up again.

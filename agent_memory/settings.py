@@ -82,6 +82,8 @@ class Settings(BaseSettings):
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)
     writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
+    # seconds between the writer's checks for memories the scalar indexes do not cover (0: never)
+    index_refresh_seconds: float = Field(default=2.0, ge=0)
     max_body_bytes: int = Field(default=2_000_000, ge=1_024)
     rate_limit_per_minute: int = Field(default=0, ge=0)  # per API key and ingress replica; 0 = off
 

@@ -164,6 +164,10 @@ class MemoryStore(Protocol):
         """Compact fragments, refresh indexes, and clean versions older than the retention window."""
         ...
 
+    def refresh_indexes(self) -> int:
+        """Fold rows written since the last refresh into the indexes that searches and lookups use."""
+        ...
+
     def memory_owners(self, org_id: str | None = None) -> list[tuple[str, str]]:
         """Every (org, user) holding memories, within one org or across all (maintenance jobs only)."""
         ...

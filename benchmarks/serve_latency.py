@@ -179,8 +179,19 @@ def main() -> int:
             return "POST", "/v1/memories", {"user_id": f"user-{r.randrange(args.users):05d}",
                                             "content": f"benchmark write {k}-{i}: {r.choice(SUBJECTS)}"}
 
+        http_load(url, 1, 5, args.users, write)  # the write path's first use starts its helpers
         results["write_1"] = http_load(url, 1, args.writes, args.users, write)
         print(f"write x1: {results['write_1']}", flush=True)
+
+        # Searches while a client writes: every commit adds a fragment that the indexes do not
+        # cover until the Writer folds it in (INDEX_REFRESH_SECONDS), and searches scan those.
+        beside: dict = {}
+        writer = threading.Thread(target=lambda: beside.update(http_load(url, 1, args.writes, args.users, write)))
+        writer.start()
+        results["search_8_while_writing"] = http_load(url, 8, max(1, args.requests // 8), args.users, search)
+        writer.join()
+        results["search_8_while_writing"]["writes_beside"] = {k: beside[k] for k in ("p50_ms", "p99_ms", "rps", "errors")}
+        print(f"search x8 while writing: {results['search_8_while_writing']}", flush=True)
         serve.shutdown()
         ray.shutdown()
 
@@ -195,7 +206,7 @@ def main() -> int:
         "write_p50_under_50ms": results["write_1"]["p50_ms"] < 50,
     }
     print(f"\n{'case':<22} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}")
-    for name in ("in_process_recall", "search_1", "search_8", "search_32", "write_1"):
+    for name in ("in_process_recall", "search_1", "search_8", "search_32", "write_1", "search_8_while_writing"):
         row = results[name]
         print(f"{name:<22} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} {row['p99_ms']:>8.1f} {row.get('rps', 0):>8}")
     print(f"embedding ceiling (batches of 8): {results['embedding_ceiling_qps']} queries/s on {results['embedding_backend']}, "

@@ -163,7 +163,9 @@ class WriterDeployment:
     """All changes go through here, in arrival order; concurrent writes share one commit.
 
     Writes waiting in the same short window (or up to a row cap) are embedded in one model call
-    and committed in one LanceDB commit; a request is acknowledged only after its commit.
+    and committed in one LanceDB commit; a request is acknowledged only after its commit. Writes
+    that arrive while a commit runs form the next one; the window is waited only while writes
+    come concurrently, so a lone client's write is committed at once.
     Changes other than writes (update, delete, erase, conversations) take their turn in the
     same queue, so the writes of one user are applied in the order they arrive.
     """
@@ -186,8 +188,12 @@ class WriterDeployment:
         self._loop_task: asyncio.Task[None] | None = None
         self._resumed = False
         self._commits_since_optimize = 0
+        self._concurrent = True
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize")
         self._optimizing = threading.Lock()
+        self._stopping = threading.Event()
+        if settings.index_refresh_seconds > 0:
+            threading.Thread(target=self._keep_indexes, name="index-refresh", daemon=True).start()
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -207,8 +213,10 @@ class WriterDeployment:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            # A short window lets concurrent writers join the same commit.
-            await asyncio.sleep(self._settings.write_window_ms / 1000)
+            if self._concurrent:
+                # A short window lets concurrent writers join the same commit. A lone writer (the
+                # last commit carried one request) is not kept waiting for company.
+                await asyncio.sleep(self._settings.write_window_ms / 1000)
             while self._queue:
                 batch = self._take_batch()
                 if batch[0].kind == "call":
@@ -220,6 +228,8 @@ class WriterDeployment:
                     continue
                 try:
                     results = await loop.run_in_executor(self._executor, self._commit, batch)
+                    # Company: several requests in this commit, or more arrived while it ran.
+                    self._concurrent = len(batch) > 1 or bool(self._queue)
                 except Exception as exc:
                     for op in batch:
                         if not op.future.done():
@@ -271,6 +281,24 @@ class WriterDeployment:
                 self._service.store.optimize(retain=timedelta(hours=1))
             except Exception:
                 log.exception("periodic optimize failed; writes continue")
+
+    def _keep_indexes(self) -> None:
+        """Every `index_refresh_seconds`, fold what commits left outside the scalar indexes into
+        them: this replica's writes, and the access-count flushes of the ingress replicas.
+        Between compactions (every `writer_optimize_every` commits) searches would otherwise scan
+        a growing pile of small unindexed fragments (LanceStore.refresh_indexes)."""
+        while not self._stopping.wait(self._settings.index_refresh_seconds):
+            if not self._optimizing.acquire(blocking=False):
+                continue  # a compaction is refreshing the indexes already
+            try:
+                self._service.store.refresh_indexes()
+            except Exception as exc:  # noqa: BLE001 - a commit conflict or a storage hiccup: next round
+                log.warning("index refresh failed, retried in %.0f s: %s", self._settings.index_refresh_seconds, exc)
+            finally:
+                self._optimizing.release()
+
+    def __del__(self) -> None:
+        self._stopping.set()
 
     async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:
         """Validate and redact now; commit with whatever else arrives in the same window."""

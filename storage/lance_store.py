@@ -581,6 +581,33 @@ class LanceStore:
             report[name]["after"] = self._table_shape(name)
         return report
 
+    def refresh_indexes(self) -> int:
+        """Fold memories fragments that the scalar indexes do not cover yet into them.
+
+        Every commit (a write, an access-count flush) leaves a fragment that no index covers, and
+        every per-user search and id lookup scans such fragments whole. At 200k memories a user's
+        search read in 3 ms on a fresh table, 13 ms with 50 one-row fragments written since, and
+        24 ms with 100; after this refresh, 3 ms again. It merges the new rows into the existing
+        scalar indexes (about 0.2 s at 200k rows) and rewrites no data. The full-text index,
+        which only wide scopes use, waits for `optimize`. Returns the rows folded in (0: nothing
+        was stale, and nothing was committed).
+        """
+        dataset = self._tables[sc.MEMORIES].to_lance()
+        fragments = {f.fragment_id: f for f in dataset.get_fragments()}
+        stale: list[str] = []
+        uncovered: set[int] = set()
+        for index in dataset.list_indices():
+            if index["type"] == "Inverted":
+                continue
+            missing = set(fragments) - set(index["fragment_ids"])
+            if missing:
+                stale.append(index["name"])
+                uncovered |= missing
+        if not stale:
+            return 0
+        dataset.optimize.optimize_indices(index_names=stale)
+        return sum(fragments[i].count_rows() for i in uncovered)
+
     def cluster(self, *, attempts: int = 3) -> dict[str, int]:
         """Rewrite each memories fragment whose rows are not in (org, user, created_at) order, sorted.
 

@@ -94,3 +94,30 @@ def test_clustering_puts_rows_in_user_order_and_changes_no_answer(service: Memor
     assert store.table("memories").count_rows() == rows_before
     assert answers() == before
     assert store.cluster()["fragments"] == 0  # already in order: nothing rewritten
+
+
+def test_refreshing_indexes_folds_new_fragments_in_and_changes_no_answer(service: MemoryService) -> None:
+    store = service.store
+    service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS])
+    store.optimize()
+    for fact in FACTS[:3]:  # one commit, one fragment each, outside every index
+        service.add("acme", {"user_id": "u1", "content": f"{fact} (later)"})
+    service.add("acme", {"user_id": "u2", "content": "Someone else's note"})
+
+    def uncovered() -> dict[str, int]:
+        dataset = store.table("memories").to_lance()
+        return {i["name"]: dataset.stats.index_stats(i["name"])["num_unindexed_rows"] for i in dataset.list_indices()}
+
+    assert set(uncovered().values()) == {4}
+    asked = [("u1", q) for q in QUERIES] + [("u2", "note")]
+
+    def answers() -> list[list[tuple[str, float]]]:
+        return [[(h.id, h.score) for h in service.recall("acme", {"user_id": u, "query": q}).memories] for u, q in asked]
+
+    before, rows = answers(), store.table("memories").count_rows()
+    assert store.refresh_indexes() == 4
+    stale = uncovered()
+    assert stale.pop("keywords_idx") == 4  # the full-text index waits for optimize()
+    assert set(stale.values()) == {0}
+    assert answers() == before and store.table("memories").count_rows() == rows
+    assert store.refresh_indexes() == 0  # nothing new: nothing committed

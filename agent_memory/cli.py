@@ -191,7 +191,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         load_sample(settings)
         # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env()}}
+    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env(local=not args.address)}}
     if args.address:
         ray.init(address=args.address, runtime_env=env, log_to_driver=False)
     else:

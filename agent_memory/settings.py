@@ -82,8 +82,9 @@ class Settings(BaseSettings):
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)
     writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
-    # seconds between the writer's checks for memories the scalar indexes do not cover (0: never)
-    index_refresh_seconds: float = Field(default=2.0, ge=0)
+    # seconds between the writer's upkeep of recent fragments (LanceStore.fold_new_rows; 0: never)
+    writer_upkeep_seconds: float = Field(default=2.0, ge=0)
+    writer_reindex_rows: int = Field(default=5_000, ge=1)  # uncovered rows that make the upkeep update the indexes
     max_body_bytes: int = Field(default=2_000_000, ge=1_024)
     rate_limit_per_minute: int = Field(default=0, ge=0)  # per API key and ingress replica; 0 = off
 

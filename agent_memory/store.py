@@ -164,8 +164,8 @@ class MemoryStore(Protocol):
         """Compact fragments, refresh indexes, and clean versions older than the retention window."""
         ...
 
-    def refresh_indexes(self) -> int:
-        """Fold rows written since the last refresh into the indexes that searches and lookups use."""
+    def fold_new_rows(self, *, reindex_rows: int) -> dict[str, int]:
+        """Compact the small fragments recent commits left, and index them once `reindex_rows` pile up."""
         ...
 
     def memory_owners(self, org_id: str | None = None) -> list[tuple[str, str]]:

@@ -175,22 +175,28 @@ def main() -> int:
             results[f"search_{clients}"] = http_load(url, clients, per, args.users, search)
             print(f"search x{clients}: {results[f'search_{clients}']}", flush=True)
 
-        def write(r: random.Random, k: int, i: int):
-            return "POST", "/v1/memories", {"user_id": f"user-{r.randrange(args.users):05d}",
-                                            "content": f"benchmark write {k}-{i}: {r.choice(SUBJECTS)}"}
+        def writes(phase: str):
+            # Each phase writes texts of its own: the same text again would be a retry, which
+            # commits nothing.
+            def write(r: random.Random, k: int, i: int):
+                return "POST", "/v1/memories", {"user_id": f"user-{r.randrange(args.users):05d}",
+                                                "content": f"benchmark {phase} write {k}-{i}: {r.choice(SUBJECTS)}"}
+            return write
 
-        http_load(url, 1, 5, args.users, write)  # the write path's first use starts its helpers
-        results["write_1"] = http_load(url, 1, args.writes, args.users, write)
+        http_load(url, 1, 5, args.users, writes("warm-up"))  # the write path's first use starts its helpers
+        results["write_1"] = http_load(url, 1, args.writes, args.users, writes("single"))
         print(f"write x1: {results['write_1']}", flush=True)
 
-        # Searches while a client writes: every commit adds a fragment that the indexes do not
-        # cover until the Writer folds it in (INDEX_REFRESH_SECONDS), and searches scan those.
+        # Searches while a client writes: every commit adds a small fragment outside the indexes
+        # until the Writer's upkeep compacts it (WRITER_UPKEEP_SECONDS), and searches scan those.
         beside: dict = {}
-        writer = threading.Thread(target=lambda: beside.update(http_load(url, 1, args.writes, args.users, write)))
+        writer = threading.Thread(
+            target=lambda: beside.update(http_load(url, 1, args.writes, args.users, writes("beside"))))
         writer.start()
         results["search_8_while_writing"] = http_load(url, 8, max(1, args.requests // 8), args.users, search)
         writer.join()
-        results["search_8_while_writing"]["writes_beside"] = {k: beside[k] for k in ("p50_ms", "p99_ms", "rps", "errors")}
+        results["search_8_while_writing"]["writes_beside"] = {
+            k: beside.get(k) for k in ("p50_ms", "p99_ms", "rps", "errors")}
         print(f"search x8 while writing: {results['search_8_while_writing']}", flush=True)
         serve.shutdown()
         ray.shutdown()

@@ -192,8 +192,8 @@ class WriterDeployment:
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize")
         self._optimizing = threading.Lock()
         self._stopping = threading.Event()
-        if settings.index_refresh_seconds > 0:
-            threading.Thread(target=self._keep_indexes, name="index-refresh", daemon=True).start()
+        if settings.writer_upkeep_seconds > 0:
+            threading.Thread(target=self._upkeep, name="upkeep", daemon=True).start()
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -228,13 +228,14 @@ class WriterDeployment:
                     continue
                 try:
                     results = await loop.run_in_executor(self._executor, self._commit, batch)
-                    # Company: several requests in this commit, or more arrived while it ran.
-                    self._concurrent = len(batch) > 1 or bool(self._queue)
                 except Exception as exc:
                     for op in batch:
                         if not op.future.done():
                             op.future.set_exception(exc)
                     continue
+                finally:
+                    # Company: several requests in this commit, or more arrived while it ran.
+                    self._concurrent = len(batch) > 1 or bool(self._queue)
                 for op, result in zip(batch, results, strict=True):
                     if isinstance(result, Exception):
                         op.future.set_exception(result)
@@ -282,20 +283,32 @@ class WriterDeployment:
             except Exception:
                 log.exception("periodic optimize failed; writes continue")
 
-    def _keep_indexes(self) -> None:
-        """Every `index_refresh_seconds`, fold what commits left outside the scalar indexes into
-        them: this replica's writes, and the access-count flushes of the ingress replicas.
-        Between compactions (every `writer_optimize_every` commits) searches would otherwise scan
-        a growing pile of small unindexed fragments (LanceStore.refresh_indexes)."""
-        while not self._stopping.wait(self._settings.index_refresh_seconds):
+    def _upkeep(self) -> None:
+        """Every `writer_upkeep_seconds`, compact the small fragments that recent commits left
+        outside the indexes (this replica's writes, the ingress replicas' access-count flushes)
+        and index them once `writer_reindex_rows` pile up (LanceStore.fold_new_rows). Between
+        compactions (every `writer_optimize_every` commits) searches would otherwise open and
+        scan a growing pile of them."""
+        table, seen = self._service.store.table("memories"), None
+        while not self._stopping.wait(self._settings.writer_upkeep_seconds):
             if not self._optimizing.acquire(blocking=False):
-                continue  # a compaction is refreshing the indexes already
+                continue  # a compaction or an erasure is running
             try:
-                self._service.store.refresh_indexes()
+                version = table.version
+                if version != seen:
+                    self._service.store.fold_new_rows(reindex_rows=self._settings.writer_reindex_rows)
+                    seen = table.version
             except Exception as exc:  # noqa: BLE001 - a commit conflict or a storage hiccup: next round
-                log.warning("index refresh failed, retried in %.0f s: %s", self._settings.index_refresh_seconds, exc)
+                log.warning("fragment upkeep failed, tried again in %.0f s: %s", self._settings.writer_upkeep_seconds, exc)
             finally:
                 self._optimizing.release()
+
+    def _paused_maintenance(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def paused(*args: Any, **kwargs: Any) -> Any:
+            with self._optimizing:
+                return fn(*args, **kwargs)
+
+        return paused
 
     def __del__(self) -> None:
         self._stopping.set()
@@ -316,6 +329,8 @@ class WriterDeployment:
         if method not in ("update", "delete", "erase_user"):
             raise NotFoundError(f"no such operation {method}")
         fn = getattr(self._service, method)
+        if method == "erase_user":
+            fn = self._paused_maintenance(fn)  # its index rebuild and cleanup run alone
         loop = asyncio.get_running_loop()
         result = await self._submit(_Operation("call", org_id, loop.create_future(), call=lambda: fn(*args, **kwargs)))
         if isinstance(result, MemoryRecord):

@@ -81,15 +81,19 @@ def http_options(config: dict[str, Any], host: str | None, port: int | None) -> 
     return {"host": host or http.get("host", "127.0.0.1"), "port": int(port or http.get("port", 8000))}
 
 
-def serve_env() -> dict[str, str]:
+def serve_env(*, local: bool = True) -> dict[str, str]:
     """Put SERVE_ENV into this process's environment where unset (call before `ray.init`, whose
-    local processes inherit it) and return the values in effect, for a job's `runtime_env`."""
+    local processes inherit it) and return the values in effect, for a job's `runtime_env`.
+
+    For a cluster started elsewhere (`local=False`), how HTTP comes in is the cluster's own
+    setting (its controller's environment), so only the per-replica switches are returned.
+    """
     for key, value in SERVE_ENV.items():
-        if key == "RAY_SERVE_ENABLE_HA_PROXY" and not haproxy_available():
+        if key in HAPROXY_KEYS and not (local and haproxy_available()):
             continue
         os.environ.setdefault(key, value)
-    keys = [key for key in SERVE_ENV if key in os.environ]
-    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+    keys = [key for key in SERVE_ENV if key in os.environ and (local or key not in HAPROXY_KEYS)]
+    if local and os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         # HAProxy also listens on all interfaces for its stats page and Prometheus exporter, on
         # fixed ports (8404, 9101). Where another local cluster holds those, take free ones.
         for key, default in HAPROXY_PORTS.items():
@@ -100,6 +104,7 @@ def serve_env() -> dict[str, str]:
 
 
 HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRICS_PORT": 9101}
+HAPROXY_KEYS = {"RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"}
 
 
 def _free(port: int) -> bool:

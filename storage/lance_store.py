@@ -581,32 +581,44 @@ class LanceStore:
             report[name]["after"] = self._table_shape(name)
         return report
 
-    def refresh_indexes(self) -> int:
-        """Fold memories fragments that the scalar indexes do not cover yet into them.
+    def fold_new_rows(self, *, reindex_rows: int) -> dict[str, int]:
+        """Keep per-user reads fast between full optimizations, cheaply.
 
-        Every commit (a write, an access-count flush) leaves a fragment that no index covers, and
-        every per-user search and id lookup scans such fragments whole. At 200k memories a user's
-        search read in 3 ms on a fresh table, 13 ms with 50 one-row fragments written since, and
-        24 ms with 100; after this refresh, 3 ms again. It merges the new rows into the existing
-        scalar indexes (about 0.2 s at 200k rows) and rewrites no data. The full-text index,
-        which only wide scopes use, waits for `optimize`. Returns the rows folded in (0: nothing
-        was stale, and nothing was committed).
+        Every commit (a write, an access-count flush) leaves a small fragment that no index
+        covers, and every per-user search and id lookup opens and scans each such fragment. At
+        200k memories a user's scan took 3 ms on a compacted table and 16 ms with 50 one-row
+        fragments written since (26 ms of CPU). So:
+        1. Two or more uncovered fragments are compacted into one. Only their own rows are
+           rewritten (40-60 ms for 50 fragments), and the scan is back at 4.6 ms, 4.9 ms with
+           3,000 uncovered rows in that one fragment.
+        2. Once `reindex_rows` rows are uncovered, the scalar indexes are updated to cover them.
+           Lance rewrites each index to do that (0.2 s and 7 MB at 200k rows, five times that at
+           1M), so it is not done for every few rows. The full-text index, which only wide
+           scopes use, waits for `optimize`.
+        Returns the fragments compacted and the rows indexed (both 0 when nothing was committed).
         """
         dataset = self._tables[sc.MEMORIES].to_lance()
-        fragments = {f.fragment_id: f for f in dataset.get_fragments()}
-        stale: list[str] = []
-        uncovered: set[int] = set()
-        for index in dataset.list_indices():
-            if index["type"] == "Inverted":
-                continue
-            missing = set(fragments) - set(index["fragment_ids"])
-            if missing:
-                stale.append(index["name"])
-                uncovered |= missing
-        if not stale:
-            return 0
-        dataset.optimize.optimize_indices(index_names=stale)
-        return sum(fragments[i].count_rows() for i in uncovered)
+        covered: dict[str, set[int]] = defaultdict(set)
+        for index in dataset.list_indices():  # one entry per index segment
+            if index["type"] != "Inverted" and not index["name"].startswith("__"):
+                covered[index["name"]].update(index["fragment_ids"])
+        fragments = {f.fragment_id for f in dataset.get_fragments()}
+        everywhere = set.intersection(*covered.values()) if covered else fragments
+        uncovered = fragments - everywhere
+        done = {"fragments_compacted": 0, "rows_indexed": 0}
+        if len(uncovered) >= 2:
+            metrics = dataset.optimize.compact_files(
+                excluded_fragment_ids=sorted(fragments - uncovered), materialize_deletions=False
+            )
+            done["fragments_compacted"] = metrics.fragments_removed
+            dataset = self._tables[sc.MEMORIES].to_lance()
+            fragments = {f.fragment_id for f in dataset.get_fragments()}
+            uncovered = fragments - everywhere
+        rows = sum(dataset.get_fragment(i).count_rows() for i in uncovered)
+        if uncovered and rows >= reindex_rows:
+            dataset.optimize.optimize_indices(index_names=sorted(n for n, ids in covered.items() if fragments - ids))
+            done["rows_indexed"] = rows
+        return done
 
     def cluster(self, *, attempts: int = 3) -> dict[str, int]:
         """Rewrite each memories fragment whose rows are not in (org, user, created_at) order, sorted.

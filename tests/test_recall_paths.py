@@ -96,7 +96,7 @@ def test_clustering_puts_rows_in_user_order_and_changes_no_answer(service: Memor
     assert store.cluster()["fragments"] == 0  # already in order: nothing rewritten
 
 
-def test_refreshing_indexes_folds_new_fragments_in_and_changes_no_answer(service: MemoryService) -> None:
+def test_new_rows_are_compacted_then_indexed_and_no_answer_changes(service: MemoryService) -> None:
     store = service.store
     service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS])
     store.optimize()
@@ -104,20 +104,28 @@ def test_refreshing_indexes_folds_new_fragments_in_and_changes_no_answer(service
         service.add("acme", {"user_id": "u1", "content": f"{fact} (later)"})
     service.add("acme", {"user_id": "u2", "content": "Someone else's note"})
 
-    def uncovered() -> dict[str, int]:
+    def unindexed() -> dict[str, int]:
         dataset = store.table("memories").to_lance()
         return {i["name"]: dataset.stats.index_stats(i["name"])["num_unindexed_rows"] for i in dataset.list_indices()}
 
-    assert set(uncovered().values()) == {4}
+    def fragments() -> int:
+        return len(store.table("memories").to_lance().get_fragments())
+
+    assert set(unindexed().values()) == {4} and fragments() == 5
     asked = [("u1", q) for q in QUERIES] + [("u2", "note")]
 
     def answers() -> list[list[tuple[str, float]]]:
         return [[(h.id, h.score) for h in service.recall("acme", {"user_id": u, "query": q}).memories] for u, q in asked]
 
     before, rows = answers(), store.table("memories").count_rows()
-    assert store.refresh_indexes() == 4
-    stale = uncovered()
-    assert stale.pop("keywords_idx") == 4  # the full-text index waits for optimize()
-    assert set(stale.values()) == {0}
+    # Four uncovered fragments become one; too few rows yet to rewrite the indexes for.
+    assert store.fold_new_rows(reindex_rows=100) == {"fragments_compacted": 4, "rows_indexed": 0}
+    assert fragments() == 2 and set(unindexed().values()) == {4}
+    assert answers() == before
+    assert store.fold_new_rows(reindex_rows=100) == {"fragments_compacted": 0, "rows_indexed": 0}
+    # Enough rows: the scalar indexes take them in; the full-text index waits for optimize().
+    assert store.fold_new_rows(reindex_rows=4) == {"fragments_compacted": 0, "rows_indexed": 4}
+    stale = unindexed()
+    assert stale.pop("keywords_idx") == 4 and set(stale.values()) == {0}
     assert answers() == before and store.table("memories").count_rows() == rows
-    assert store.refresh_indexes() == 0  # nothing new: nothing committed
+    assert store.fold_new_rows(reindex_rows=1) == {"fragments_compacted": 0, "rows_indexed": 0}

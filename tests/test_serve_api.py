@@ -164,26 +164,27 @@ def test_import_job_over_http(api, serve_app) -> None:
     assert job["report"]["rows_rejected"] == 1
 
 
-def test_the_writer_folds_new_writes_into_the_indexes(api, serve_app) -> None:
+def test_the_writer_compacts_the_fragments_new_writes_leave(api, serve_app) -> None:
     from datetime import timedelta
 
     import lancedb
 
     c, user = api(), _user()
-    for i in range(3):  # three commits, three fragments no index covers yet
-        assert c.post("/v1/memories", json={"user_id": user, "content": f"index upkeep note {i}"}).status_code == 201
+    for i in range(3):  # three commits, three small fragments no index covers
+        assert c.post("/v1/memories", json={"user_id": user, "content": f"upkeep note {i}"}).status_code == 201
     table = lancedb.connect(serve_app["settings"].storage_uri, read_consistency_interval=timedelta(0)).open_table("memories")
 
-    def unindexed() -> int:
+    def uncovered_fragments() -> int:
         dataset = table.to_lance()
-        return sum(dataset.stats.index_stats(name)["num_unindexed_rows"] for name in ("id_idx", "user_id_idx"))
+        indexed = set().union(*(i["fragment_ids"] for i in dataset.list_indices() if i["name"] == "user_id_idx"))
+        return len({f.fragment_id for f in dataset.get_fragments()} - indexed)
 
-    deadline = time.monotonic() + 60  # the writer looks every index_refresh_seconds (2 s)
-    while unindexed() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # the writer looks every writer_upkeep_seconds (2 s)
+    while uncovered_fragments() > 1 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert unindexed() == 0
-    hits = c.post("/v1/memories/search", json={"user_id": user, "query": "index upkeep"}).json()["memories"]
-    assert sorted(h["content"] for h in hits) == [f"index upkeep note {i}" for i in range(3)]
+    assert uncovered_fragments() <= 1
+    hits = c.post("/v1/memories/search", json={"user_id": user, "query": "upkeep note"}).json()["memories"]
+    assert sorted(h["content"] for h in hits) == [f"upkeep note {i}" for i in range(3)]
 
 
 def test_consolidation_on_demand_and_schedule(api) -> None:

@@ -1,6 +1,8 @@
 """The Ray Serve application: a FastAPI ingress composed with an embedder, recall and a writer.
 
-    ingress --search--> recall in the ingress replica --embed_query (batched)--> Embedder
+    HTTP --HAProxy (or Serve's proxy)--> ingress replica
+    ingress --search--> recall in the replica; queries embedded there with continuous batching
+                        on CPU, by the Embedder where it holds a GPU
     ingress --writes--> Writer --embed_many--> Embedder   (coalesced commits, in order)
     ingress --reads---> store (list, get, history, sessions, jobs)
 

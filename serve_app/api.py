@@ -284,7 +284,6 @@ class IngressDeployment:
         # bookkeeping deferred. Queries are embedded in this replica, concurrent ones sharing a
         # forward pass, or, where the Embedder holds a GPU, there (build() decides).
         queries: Embedder
-        self._local_queries = local_queries
         if local_queries:
             model = await asyncio.get_running_loop().run_in_executor(None, build_embedder, settings)
             batch_sizes = metrics.embed_batch_size()
@@ -329,11 +328,11 @@ class IngressDeployment:
             checks["embedder"] = "ok"
         except Exception as exc:
             checks["embedder"] = f"unavailable: {type(_unwrap(exc)).__name__}"
-        if self._local_queries:
-            # Search embeds its queries in this replica: its own model decides `degraded`.
+        if isinstance(self._recaller.embedder, BatchingEmbedder):
+            # Search embeds its queries in this replica: its own model decides `degraded` too.
             try:
                 await asyncio.get_running_loop().run_in_executor(
-                    self._recall_pool, self._recaller.embedder.embed_query, "readiness probe"  # type: ignore[union-attr]
+                    self._recall_pool, self._recaller.embedder.embed_query, "readiness probe"
                 )
                 checks["query_embedder"] = "ok"
             except Exception as exc:
@@ -349,9 +348,9 @@ class IngressDeployment:
         except Exception as exc:
             checks["store"] = f"unavailable: {type(exc).__name__}"
         ready = checks["store"] == "ok" and checks["writer"] == "ok"
-        # Degraded: search answers from keywords alone; writes need the Embedder either way.
-        queries = checks.get("query_embedder", checks["embedder"])
-        body = {"ready": ready, "degraded": queries != "ok" or checks["embedder"] != "ok", "checks": checks}
+        # Degraded: search answers from keywords alone, or writes cannot be embedded.
+        degraded = any(checks[k] != "ok" for k in ("embedder", "query_embedder") if k in checks)
+        body = {"ready": ready, "degraded": degraded, "checks": checks}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     # -- memories ------------------------------------------------------------------------------

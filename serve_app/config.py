@@ -98,7 +98,7 @@ def serve_env(*, local: bool = True) -> dict[str, str]:
         # fixed ports (8404, 9101). Where another local cluster holds those, take free ones.
         for key, default in HAPROXY_PORTS.items():
             if key not in os.environ:
-                os.environ[key] = str(default if _free(default) else _any_free_port())
+                os.environ[key] = str(default if port_free("0.0.0.0", default) else _any_free_port())
             keys.append(key)
     return {key: os.environ[key] for key in keys}
 
@@ -107,11 +107,13 @@ HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRIC
 HAPROXY_KEYS = {"RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"}
 
 
-def _free(port: int) -> bool:
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now."""
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as HAProxy binds
+        # As servers bind: a listener there refuses it, connections left in TIME_WAIT do not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("0.0.0.0", port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True

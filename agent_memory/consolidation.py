@@ -6,19 +6,20 @@ what a real run would do, and tests check plans without a store. Jobs (`jobs/con
 this per user; nothing here imports Ray or LanceDB.
 
 Clustering is complete linkage over a "may merge" graph. Two memories are linked when they are
-exact duplicates, or when their polarity agrees (embedding models score "I like X" and "I don't
-like X" as near-identical), neither adds a content word the other lacks (a person or a thing:
-"the user's wife likes tea", "我同事喜欢喝咖啡"; adverbs and particles do not count, nor a detail
-added after everything the other says), and either the model reads both and their cosine
-similarity reaches `consolidation_similarity` (the same content words) or
-`consolidation_reworded_similarity` (one word swapped, or a detail added at the end: "named" for
-"called" reads to the model much like "September" for "March"), or, where the model cannot read a text (Chinese with the
-bundled English model embeds every sentence alike, so cosine says nothing), they use the same
-content words and their lexical similarity reaches `consolidation_lexical_similarity`. Complete
-linkage merges two groups only when every pair across them is linked, so a chain of small steps
-("likes tea" ~ "likes green tea" ~ "likes green tea and coffee" ~ ...) never fuses facts that are
-not restatements of each other, as single linkage (connected components) would. Linkage is
-repeated over the survivors until nothing more merges, so that a second run finds nothing to do.
+exact duplicates, or when they agree on what embedding models blur (negation: "I like X" and "I
+don't like X" score as near-identical; other people: "the user's wife likes tea", "我同事喜欢喝
+咖啡"; time and intent: "used to have", "打算去"; names and numbers: "Lufthansa", "AB-") and
+either the model reads both and their cosine similarity reaches the bar for how their content
+words differ (`consolidation_similarity` for the same words, `consolidation_reworded_similarity`
+for one word swapped, where a synonym and another thing look alike to the model: "named" for
+"called", "cat" for "dog"; `consolidation_rephrased_similarity` for other wording that shares a
+content word), or, where the model cannot read a text (Chinese with the bundled English model
+embeds every sentence alike, so cosine says nothing), they use the same content words and their
+lexical similarity reaches `consolidation_lexical_similarity`. Complete linkage merges two groups
+only when every pair across them is linked, so a chain of small steps ("likes tea" ~ "likes green
+tea" ~ "likes green tea and coffee" ~ ...) never fuses facts that are not restatements of each
+other, as single linkage (connected components) would. Linkage is repeated over the survivors
+until nothing more merges, so that a second run finds nothing to do.
 """
 
 from __future__ import annotations
@@ -51,6 +52,48 @@ _NEGATION_WORDS = frozenset(
 )
 # Chinese negators and verbs of aversion: a one-character difference that reverses the meaning.
 _NEGATION_CJK = ("不", "没", "别", "未", "无", "非", "讨厌", "不再", "戒")
+# Words that contain a negator's character without negating ("特别" especially, "非常" very,
+# "未来" future) or that name someone else ("别人" others): taken out before negators are sought.
+_NOT_NEGATION_CJK = ("特别", "分别", "区别", "告别", "级别", "类别", "性别", "识别", "个别", "别人", "非常", "无论",
+                     "无线", "未来", "不错", "差不多", "不仅", "不过", "不断")
+
+# Whose fact it is: kinship, household and work relations. "The user's wife likes tea" is not
+# the user's fact, whatever its cosine to "the user likes tea".
+_PERSON_WORDS_EN = frozenset(
+    """wife husband partner spouse fiance fiancee boyfriend girlfriend son daughter child children kid kids baby
+    mother mom mum father dad parent parents brother sister sibling siblings grandma grandmother grandpa
+    grandfather grandparents uncle aunt cousin nephew niece family friend friends colleague colleagues coworker
+    coworkers roommate roommates flatmate housemate neighbour neighbor neighbours neighbors boss teammate
+    teammates intern interns mentor classmate classmates sons daughters brothers sisters""".split()
+)
+_PERSON_PHRASES_EN = ("team lead", "tech lead", "in-law", "co-worker")
+# Roles that are also jobs ("works as a product manager"): someone else only after a possessive.
+_ROLE_AFTER_POSSESSIVE = re.compile(
+    r"\b(?:my|our|his|her|their|user's)\s+(?:\w+\s+)?(manager|supervisor|director|teacher|tutor|coach|doctor|"
+    r"dentist|therapist|assistant|landlord|landlady|client|customer|lead)\b"
+)
+_PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿",
+                     "孩子", "爸", "妈", "父亲", "母亲", "父母", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆",
+                     "叔", "阿姨", "舅", "朋友", "同事", "室友", "邻居", "老板", "领导", "组长", "同学", "家人", "亲戚",
+                     "闺蜜", "队友", "别人", "他", "她")
+# When a fact holds, or whether it is one: a past habit, a wish or a plan states something else
+# than the present fact ("used to have a Pixel", "我想买一辆特斯拉"). Each class is one mark, so
+# "plans to" and "wants to" agree.
+_MODALITY_MARKS = {
+    "past": (r"\bused to\b", r"\bformerly\b", r"\bpreviously\b", r"\bago\b", r"\blast (?:year|month|week)\b",
+             r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", "以前", "曾经", "过去", "去年", "从前"),
+    "intent": (r"\bwants? to\b", r"\bwould like to\b", r"\bplans? to\b", r"\bplanning\b", r"\bthinking (?:about|of)\b",
+               r"\bconsider(?:s|ing)?\b", r"\bhopes? to\b", r"\bwish(?:es)?\b", r"\bintends? to\b",
+               r"\bgoing to\b", r"\bmight\b", r"\bmaybe\b", "想", "打算", "计划", "准备", "希望", "考虑"),
+}
+_MODALITY_RES = {kind: re.compile("|".join(marks)) for kind, marks in _MODALITY_MARKS.items()}
+_LATIN_WORD = re.compile(r"[a-z][a-z'\-]*")
+
+
+def _without(text: str, compounds: Sequence[str]) -> str:
+    for word in compounds:
+        text = text.replace(word, " ")
+    return text
 
 
 def polarity(text: str) -> bool:
@@ -59,7 +102,63 @@ def polarity(text: str) -> bool:
     words = set(_NON_WORD.sub(" ", lowered.replace("’", "'")).split()) | set(lowered.split())
     if words & _NEGATION_WORDS or any(w.endswith("n't") for w in words):
         return True
+    lowered = _without(lowered, _NOT_NEGATION_CJK)
     return any(mark in lowered for mark in _NEGATION_CJK)
+
+
+def persons(text: str) -> frozenset[str]:
+    """The other people a statement is about or belongs to ("wife", "我同事"), in either language."""
+    lowered = normalize(text).replace("’", "'")
+    words = {w.removesuffix("'s") for w in _LATIN_WORD.findall(lowered)}
+    found = {w for w in words if w in _PERSON_WORDS_EN}
+    found.update(p for p in _PERSON_PHRASES_EN if p in lowered)
+    found.update(_ROLE_AFTER_POSSESSIVE.findall(lowered))
+    lowered = _without(lowered, ("其他",))
+    found.update(p for p in _PERSON_WORDS_CJK if p in lowered)
+    return frozenset(found)
+
+
+def modality(text: str) -> frozenset[str]:
+    """The marks of time and intent in a statement: "past" (used to, 以前), "intent" (plans to, 打算)."""
+    lowered = normalize(text).replace("’", "'")
+    return frozenset(kind for kind, pattern in _MODALITY_RES.items() if pattern.search(lowered))
+
+
+def stance(text: str) -> tuple[bool, frozenset[str], frozenset[str]]:
+    """What must be equal before two statements can be one fact: negation, other people, time and intent."""
+    return polarity(text), persons(text), modality(text)
+
+
+# A word with the signs that make it another name: "C++", "C#", blood group "AB-" (a hyphen only
+# where no word follows: "gluten-free" is two words).
+_NAME_TOKEN = re.compile(r"[^\W_]+(?:[+#]+|-(?![^\W_]))?", re.UNICODE)
+_SENTENCE_END = re.compile(r"[.!?。！？;；:：]\s*|\n")
+
+
+def names(text: str) -> frozenset[str]:
+    """Names and numbers: capitalised words past a sentence's first word, and words with digits.
+
+    A restatement names the same things ("Lufthansa", "Pixel 8", "March"); "flies with Lufthansa"
+    and "flies with Emirates" are two facts however close their cosine. A sentence's first word is
+    left out because capitals there say nothing ("Italian cuisine is ...", "Every day, ...").
+    """
+    found: set[str] = set()
+    for sentence in _SENTENCE_END.split(unicodedata.normalize("NFKC", text)):
+        tokens = [t for t in _NAME_TOKEN.findall(sentence) if not _CJK_CHAR.match(t)]
+        for k, token in enumerate(tokens):
+            if any(c.isdigit() for c in token) or (k > 0 and token[:1].isupper() and token != "I"):
+                found.add(token.lower())
+    return frozenset(found)
+
+
+def names_agree(a: str, b: str) -> bool:
+    """Whether every name or number of each text is also a word of the other."""
+    na, nb = names(a), names(b)
+    if not na and not nb:
+        return True
+    wa = {t.lower() for t in _NAME_TOKEN.findall(unicodedata.normalize("NFKC", a))}
+    wb = {t.lower() for t in _NAME_TOKEN.findall(unicodedata.normalize("NFKC", b))}
+    return na <= wb and nb <= wa
 
 
 def lexical_agreement(a: str, b: str) -> float:
@@ -87,9 +186,16 @@ _FUNCTION_WORDS_CJK = ("平常", "平时", "一般", "主要", "目前", "现在
                        "总是", "经常", "通常", "一直", "很", "也", "都", "还", "就", "的", "了", "着", "吧", "呢", "啊")
 
 
+# Chinese wordings that say the same with other characters, folded before comparing: "名叫" and
+# "叫做" are "叫" (is called); "我家的" (my household's) is "我的" for a pet, a car or a child.
+_CJK_EQUIVALENTS = (("我家的", "我的"), ("名叫", "叫"), ("叫做", "叫"))
+
+
 def without_function_words(text: str) -> str:
     """The text, normalised, with possessive 's and the function words of both languages taken out."""
     lowered = normalize(text).replace("’", "'").replace("'s ", " ")
+    for variant, plain in _CJK_EQUIVALENTS:
+        lowered = lowered.replace(variant, plain)
     for word in _FUNCTION_WORDS_CJK:
         lowered = lowered.replace(word, " ")
     return " ".join(w for w in lowered.split() if w not in _FUNCTION_WORDS_EN)
@@ -132,13 +238,13 @@ def adds_content(a: set[str], b: set[str]) -> bool:
 
 
 def rewording(a: Sequence[str], b: Sequence[str]) -> str | None:
-    """How two content sequences differ: "same" terms, "reworded", or None where one adds content.
+    """How two content sequences differ: "same" terms, "reworded", "rephrased", or None.
 
-    Reworded is one term swapped for another ("named" for "called", but also "March" for
-    "September", which is why it takes a higher cosine), or a detail added after everything
-    the other says ("works as a nurse" -> "works as a nurse at their company"). A term added
-    before or inside the shared statement ("the user's sister lives in ..."), or more than one
-    term swapped, is other content.
+    Reworded is one term swapped for another ("named" for "called", but also "cat" for "dog",
+    which is why it takes a higher cosine), or a detail added after everything the other says
+    ("works as a nurse" -> "works as a nurse at their company"). Rephrased is any other wording
+    of statements that still share a content term ("codes in Emacs" -> "writes code in Emacs").
+    None: nothing in common to restate.
     """
     sa, sb = set(a), set(b)
     if sa == sb:
@@ -150,12 +256,15 @@ def rewording(a: Sequence[str], b: Sequence[str]) -> str | None:
         last_shared = max((k for k, term in enumerate(longer) if term in shorter), default=-1)
         if all(k > last_shared for k, term in enumerate(longer) if term not in shorter):
             return "reworded"
-    return None
+    return "rephrased" if sa & sb else None
 
 
 def exact_key(text: str) -> str:
-    """Text with case, width, punctuation and spacing folded: equal keys are exact duplicates."""
-    return _NON_WORD.sub(" ", normalize(text)).strip()
+    """Text with case, width, punctuation and spacing folded: equal keys are exact duplicates.
+
+    The signs that make a name ("C++", "AB-") are kept: "AB-" and "AB+" are two blood groups.
+    """
+    return " ".join(_NAME_TOKEN.findall(normalize(text)))
 
 
 @dataclass
@@ -211,7 +320,7 @@ def _links(
     if n < 2:
         return links
     keys = [exact_key(r.index_text) for r in records]
-    negated = [polarity(r.index_text) for r in records]
+    stances = [stance(r.index_text) for r in records]
     sequences = [content_sequence(r.index_text) for r in records]
     contents = [set(seq) for seq in sequences]
     # Word order and wording, compared on what is left without function words: an inserted adverb
@@ -221,14 +330,19 @@ def _links(
     lexical_min = settings.consolidation_lexical_similarity
 
     def agree(i: int, j: int) -> bool:
-        return negated[i] == negated[j] and not adds_content(contents[i], contents[j])
+        """The same negation, people, time and intent, and the same names."""
+        return stances[i] == stances[j] and names_agree(records[i].index_text, records[j].index_text)
 
     # Texts the model reads: cosine similarity, blocked 1,024 rows at a time. The same content
-    # terms in another order or inflection link at `consolidation_similarity`; other wording
-    # needs `consolidation_reworded_similarity`.
+    # terms in another order or inflection link at `consolidation_similarity`; one term swapped
+    # needs `consolidation_reworded_similarity`, other wording `consolidation_rephrased_similarity`.
     readable = [i for i in range(n) if not unreadable[i]]
     same_bar = settings.consolidation_similarity
-    needed = {"same": same_bar - 1e-6, "reworded": max(same_bar, settings.consolidation_reworded_similarity) - 1e-6}
+    needed = {
+        "same": same_bar - 1e-6,
+        "reworded": max(same_bar, settings.consolidation_reworded_similarity) - 1e-6,
+        "rephrased": max(same_bar, settings.consolidation_rephrased_similarity) - 1e-6,
+    }
     matrix = vectors[readable]
     for start in range(0, len(readable), 1024):
         sims = matrix[start : start + 1024] @ matrix.T
@@ -240,7 +354,7 @@ def _links(
             if keys[i] == keys[j]:
                 links[i][j] = links[j][i] = 1.0
                 continue
-            kind = rewording(sequences[i], sequences[j]) if negated[i] == negated[j] else None
+            kind = rewording(sequences[i], sequences[j]) if agree(i, j) else None
             if kind is not None and sims[a_local, b] >= needed[kind]:
                 links[i][j] = links[j][i] = float(sims[a_local, b])
     # Texts it cannot read embed alike, so their cosine says nothing: there a restatement must use
@@ -255,7 +369,7 @@ def _links(
             continue
         for x, i in enumerate(same):
             for j in same[x + 1 :]:
-                if not (unreadable[i] or unreadable[j]) or not agree(i, j):
+                if not (unreadable[i] or unreadable[j]) or not agree(i, j) or adds_content(contents[i], contents[j]):
                     continue
                 similarity = lexical_agreement(stripped[i], stripped[j])
                 if similarity >= lexical_min:

@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     # in March" and "born in September" about as close as real paraphrases. 0.92 is the lowest
     # value with no false link among the tuning templates of benchmarks/consolidation.py.
     consolidation_reworded_similarity: float = Field(default=0.92, gt=0, le=1)
+    # Restatements in other words that still share a content term ("codes in Emacs", "writes code
+    # in Emacs"), between memories with the same negation, people, time, intent and names.
+    consolidation_rephrased_similarity: float = Field(default=0.85, gt=0, le=1)
     # Where the model cannot read a text (its [UNK] share is above `consolidation_oov_guard`), two
     # memories merge only with the same content words and a lexical similarity (Dice over words,
     # CJK characters and bigrams, function words aside) of at least this.

@@ -8,11 +8,14 @@ a negation, another person ("The user's sister lives in Berlin", "我同事不�
 
 Then it runs the consolidation job and scores the merges pairwise against the plan, per language
 (targets: precision >= 0.95, recall >= 0.9), with duration, memories/s, fragment count and recall
-latency before and after. `--templates heldout` plants other topics and wordings
-(`consolidation_heldout.json`), written apart from the rules, instead of the tables below.
+latency before and after. `--templates heldout|heldout2|heldout3` plants other topics and
+wordings (`consolidation_<name>.json`), written apart from the rules, instead of the tables below:
+`heldout` and `heldout2` have since been looked at while the rules changed; `heldout3` was only
+scored after they were fixed.
 
     PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py [--memories 100000 --users 1000 --engine ray]
-    PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py --templates heldout --name consolidation_heldout
+    PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py --memories 30000 --users 300 \
+        --templates heldout3 --name consolidation_heldout3
 """
 
 from __future__ import annotations
@@ -100,16 +103,16 @@ ZH: dict[str, tuple[list[str], list[str], list[str]]] = {
 
 
 Templates = dict[str, dict[str, tuple[list[str], list[str], list[str]]]]
-HELDOUT = Path(__file__).with_name("consolidation_heldout.json")
+HELDOUT = ("heldout", "heldout2", "heldout3")
 
 
 def load_templates(name: str) -> Templates:
-    """`tuning`: the tables above, which the rules were developed against. `heldout`: other topics
-    and paraphrases (`consolidation_heldout.json`), written apart from the rules, to show how far
-    they carry to wording they were not fitted to."""
+    """`tuning`: the tables above, which the rules were developed against. A held-out name: other
+    topics and paraphrases (`consolidation_<name>.json`), written apart from the rules, to show how
+    far they carry to wording they were not fitted to."""
     if name == "tuning":
         return {"en": EN, "zh": ZH}
-    data = json.loads(HELDOUT.read_text(encoding="utf-8"))
+    data = json.loads(Path(__file__).with_name(f"consolidation_{name}.json").read_text(encoding="utf-8"))
     return {lang: {key: (t["variants"], t["lookalikes"], t["entities"]) for key, t in table.items()}
             for lang, table in data.items()}
 
@@ -224,7 +227,7 @@ def main() -> int:
     parser.add_argument("--engine", choices=["ray", "local"], default="ray")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--storage", default=None, help="store directory (default: a temporary one)")
-    parser.add_argument("--templates", choices=["tuning", "heldout"], default="tuning",
+    parser.add_argument("--templates", choices=["tuning", *HELDOUT], default="tuning",
                         help="the fact tables to plant (heldout: topics and wording the rules were not fitted to)")
     parser.add_argument("--name", default="consolidation")
     args = parser.parse_args()

@@ -195,7 +195,11 @@ class LanceStore:
             if record.org_id != org_id:
                 raise InvalidInputError("every record must belong to the org being written")
         ids = [r.id for r in records]
-        fresh = records if known_absent else [r for r in records if r.id not in self._existing_ids(sc.MEMORIES, org_id, ids)]
+        if known_absent:
+            fresh = list(records)
+        else:
+            existing = self._existing_ids(sc.MEMORIES, org_id, ids)
+            fresh = [r for r in records if r.id not in existing]
         table_schema = self._tables[sc.MEMORIES].schema
         result = self._insert_absent(sc.MEMORIES, [sc.memory_row(r) for r in fresh], table_schema)
         inserted = int(getattr(result, "num_inserted_rows", len(fresh)) if result is not None else 0)

@@ -24,23 +24,32 @@ until nothing more merges, so that a second run finds nothing to do.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, Field, ValidationError
 
 from agent_memory.ids import stable_id
 from agent_memory.models import MemoryEvent, MemoryRecord, Scope
 from agent_memory.settings import Settings
 from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS, normalize, stem_words, terms
 
+log = logging.getLogger(__name__)
+
 ACTOR = "consolidation"
 Summarize = Callable[[Sequence[str]], str]
+# Given pairs of statements, the indices of the pairs that state the same fact (an LLM's
+# verdict), or None when it gave none (the model failed): then no pair is confirmed.
+Judge = Callable[[Sequence[tuple[str, str]]], "set[int] | None"]
 
 _CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
@@ -311,14 +320,23 @@ class UserPlan:
 # -- clustering ----------------------------------------------------------------------------------
 
 
+Links = dict[int, dict[int, float]]
+# (similarity, i, j): pairs the rules refused that a judge may still find to be restatements.
+NearMiss = tuple[float, int, int]
+
+
 def _links(
-    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings
-) -> dict[int, dict[int, float]]:
-    """The may-merge graph of one partition: i -> {j: similarity}."""
+    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings, *, near_misses: bool = False
+) -> tuple[Links, list[NearMiss]]:
+    """The may-merge graph of one partition (i -> {j: similarity}), and with `near_misses` the
+    pairs the rules refused but that have the same stance and names, a shared content word, and a
+    cosine or (where the model cannot read a text) lexical similarity above the judge's bars,
+    ranked for asking: the most similar first, cosine and lexical ones taking turns, as their
+    scores are not on one scale."""
     n = len(records)
-    links: dict[int, dict[int, float]] = {i: {} for i in range(n)}
+    links: Links = {i: {} for i in range(n)}
     if n < 2:
-        return links
+        return links, []
     keys = [exact_key(r.index_text) for r in records]
     stances = [stance(r.index_text) for r in records]
     sequences = [content_sequence(r.index_text) for r in records]
@@ -343,10 +361,12 @@ def _links(
         "reworded": max(same_bar, settings.consolidation_reworded_similarity) - 1e-6,
         "rephrased": max(same_bar, settings.consolidation_rephrased_similarity) - 1e-6,
     }
+    judge_bar = settings.consolidation_judge_similarity if near_misses else 1.0
+    cosine_misses: list[NearMiss] = []
     matrix = vectors[readable]
     for start in range(0, len(readable), 1024):
         sims = matrix[start : start + 1024] @ matrix.T
-        rows, cols = np.nonzero(sims >= min(needed.values()))
+        rows, cols = np.nonzero(sims >= min(*needed.values(), judge_bar))
         for a_local, b in zip(rows.tolist(), cols.tolist(), strict=True):
             i, j = readable[start + a_local], readable[b]
             if j <= i:
@@ -355,8 +375,11 @@ def _links(
                 links[i][j] = links[j][i] = 1.0
                 continue
             kind = rewording(sequences[i], sequences[j]) if agree(i, j) else None
-            if kind is not None and sims[a_local, b] >= needed[kind]:
-                links[i][j] = links[j][i] = float(sims[a_local, b])
+            similarity = float(sims[a_local, b])
+            if kind is not None and similarity >= needed[kind]:
+                links[i][j] = links[j][i] = similarity
+            elif kind is not None and similarity >= judge_bar:
+                cosine_misses.append((similarity, i, j))
     # Texts it cannot read embed alike, so their cosine says nothing: there a restatement must use
     # the same content words (only function words and order may differ) and agree lexically.
     # Equal content sets are found by hashing, so this costs no pairwise pass.
@@ -384,7 +407,44 @@ def _links(
             for b in same:
                 if a != b:
                     links[a][b] = 1.0
-    return links
+    if not near_misses:
+        return links, []
+    # Where the model cannot read a text, near misses are pairs with a shared content word and
+    # some lexical agreement; the judge reads the language the model cannot.
+    lexical_bar = settings.consolidation_judge_lexical_similarity
+    lexical_misses: list[NearMiss] = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if (unreadable[i] or unreadable[j]) and j not in links[i] and contents[i] & contents[j] and agree(i, j):
+                similarity = lexical_agreement(stripped[i], stripped[j])
+                if similarity >= lexical_bar:
+                    lexical_misses.append((similarity, i, j))
+    ranked = [sorted(kind, key=lambda m: (-m[0], m[1], m[2])) for kind in (cosine_misses, lexical_misses)]
+    return links, [m for pair in zip_longest(*ranked) for m in pair if m is not None]
+
+
+class _Asking:
+    """A judge's budget for one user's run: `consolidation_judge_max_pairs` pairs, each asked once."""
+
+    def __init__(self, judge: Judge, budget: int) -> None:
+        self.judge, self.budget = judge, budget
+        self.asked: set[tuple[int, int, int]] = set()
+
+    def confirm(self, part_key: int, records: Sequence[MemoryRecord], links: Links, misses: list[NearMiss],
+                alive: set[int]) -> bool:
+        """Ask about the near misses among `alive` not yet linked or asked; link the confirmed ones."""
+        pending = [m for m in misses if m[1] in alive and m[2] in alive and m[2] not in links[m[1]]
+                   and (part_key, m[1], m[2]) not in self.asked][: self.budget]
+        if not pending:
+            return False
+        self.budget -= len(pending)
+        self.asked.update((part_key, i, j) for _, i, j in pending)
+        verdict = self.judge([(records[i].content, records[j].content) for _, i, j in pending]) or set()
+        confirmed = sorted(k for k in verdict if 0 <= k < len(pending))
+        for k in confirmed:
+            similarity, i, j = pending[k]
+            links[i][j] = links[j][i] = similarity
+        return bool(confirmed)
 
 
 def _complete_linkage(nodes: list[int], links: dict[int, dict[int, float]]) -> list[list[int]]:
@@ -425,7 +485,10 @@ def canonical_order(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
 
 
 def cluster_memories(
-    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings
+    records: Sequence[MemoryRecord],
+    vectors: np.ndarray,
+    settings: Settings,
+    judge: Judge | None = None,
 ) -> list[Cluster]:
     """Clusters of restatements among one user's active memories (each of two or more)."""
     partitions: dict[tuple[Any, ...], list[int]] = {}
@@ -433,14 +496,19 @@ def cluster_memories(
         # Merging across these would change what a typed, team or agent recall sees.
         partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
     clusters: list[Cluster] = []
-    for indices in partitions.values():
+    asking = _Asking(judge, settings.consolidation_judge_max_pairs) if judge is not None else None
+    for part_key, indices in enumerate(partitions.values()):
         part = [records[i] for i in indices]
-        links = _links(part, vectors[indices], settings)
-        # Survivor -> the partition indices it stands for; repeat until nothing more merges.
+        links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None)
+        # Survivor -> the partition indices it stands for; repeat until nothing more merges. The
+        # judge is asked only when the rules' links are used up, and only about survivors: a
+        # merge's survivor may lack a link its absorbed memories had, so it is asked again.
         groups: dict[int, list[int]] = {i: [i] for i in range(len(part))}
         while True:
             joined = [g for g in _complete_linkage(sorted(groups), links) if len(g) > 1]
             if not joined:
+                if asking is not None and asking.confirm(part_key, part, links, misses, set(groups)):
+                    continue
                 break
             for group in joined:
                 best = canonical_order([part[i] for i in group])[0]
@@ -484,7 +552,12 @@ def decayed_importance(record: MemoryRecord, now: datetime, settings: Settings) 
 
 
 def plan_user(
-    scope: Scope, records: Sequence[MemoryRecord], vectors: np.ndarray, now: datetime, settings: Settings
+    scope: Scope,
+    records: Sequence[MemoryRecord],
+    vectors: np.ndarray,
+    now: datetime,
+    settings: Settings,
+    judge: Judge | None = None,
 ) -> UserPlan:
     """What a run does for one user's memories (any status), given their vectors in the same order."""
     plan = UserPlan(scope)
@@ -499,7 +572,7 @@ def plan_user(
         elif (r.valid_to or r.updated_at) <= now - retention:
             plan.purge.append(r)
     live_records = [records[i] for i in live]
-    plan.clusters = cluster_memories(live_records, vectors[live], settings)
+    plan.clusters = cluster_memories(live_records, vectors[live], settings, judge)
     in_cluster = {r.id for c in plan.clusters for r in (c.canonical, *c.others)}
     for r in live_records:
         if r.id not in in_cluster:
@@ -601,12 +674,21 @@ def _summarized(service: Any, canonical: MemoryRecord, others: Sequence[MemoryRe
 
 
 def consolidate_user(
-    service: Any, scope: Scope, now: datetime, *, dry_run: bool = False, summarize: Summarize | None = None
+    service: Any,
+    scope: Scope,
+    now: datetime,
+    *,
+    dry_run: bool = False,
+    summarize: Summarize | None = None,
+    judge: Judge | None = None,
 ) -> dict[str, Any]:
     """Plan and (unless a dry run) apply consolidation for one user; return the user's report."""
     records, vectors = service.store.user_memories(scope)
-    plan = plan_user(scope, records, vectors, now, service.settings)
+    remembered = RememberedJudge(judge, service.store, scope, now, keep=not dry_run) if judge is not None else None
+    plan = plan_user(scope, records, vectors, now, service.settings, remembered)
     report: dict[str, Any] = {"org_id": scope.org_id, "user_id": scope.user_id, "memories": len(records)}
+    if remembered is not None:
+        report["judged"] = remembered.tally()
     if dry_run:
         report.update(plan.counts())
         report["cluster_detail"] = [c.as_dict() for c in plan.clusters]
@@ -655,3 +737,99 @@ class OpenAISummarizer:
 def build_summarizer(settings: Settings) -> Summarize | None:
     """An LLM summarizer when an LLM is configured, else None (the best representative is kept)."""
     return OpenAISummarizer(settings) if settings.llm_configured else None
+
+
+JUDGE_PROMPT = (
+    "You compare notes an assistant keeps about one user. For each numbered pair, decide whether "
+    "both notes state the same fact about the user, in other words or in another language. They "
+    "do not when they differ in whom the fact is about, in a thing, place, name or number, in "
+    "whether it is negated, or in when it holds (a past habit, a plan, a wish). Answer with JSON "
+    'only: {"same": [the numbers of the pairs that state the same fact]}.'
+)
+
+
+class SameFacts(BaseModel):
+    """The judge's answer: the numbers of the pairs that state the same fact."""
+
+    same: list[int] = Field(default_factory=list)
+
+
+class LLMJudge:
+    """Asks an OpenAI-compatible chat model which near-miss pairs are restatements.
+
+    One request per user partition, through the extractor's client (rate limit, retries, backoff).
+    When the model fails or answers nothing usable, it gives no verdict (None): the rules'
+    clusters stand, and the next run asks again.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.name = f"llm:{client.model}"
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> set[int] | None:
+        from agent_memory.errors import UnavailableError
+        from agent_memory.llm import parse_json
+
+        notes = {"pairs": [{"pair": k, "a": a, "b": b} for k, (a, b) in enumerate(pairs, start=1)]}
+        messages = [
+            {"role": "system", "content": JUDGE_PROMPT},
+            {"role": "user", "content": json.dumps(notes, ensure_ascii=False)},
+        ]
+        try:
+            answer = SameFacts.model_validate(parse_json(self.client.chat(messages, schema=SameFacts, name="same_facts")))
+        except UnavailableError:
+            return None  # counted and logged by the client
+        except (ValueError, ValidationError) as exc:
+            log.warning("the consolidation judge's answer was not usable: %s", exc)
+            return None
+        return {k - 1 for k in answer.same if 1 <= k <= len(pairs)}
+
+
+class RememberedJudge:
+    """A judge whose verdicts on one user's pairs are kept in the store (table `verdicts`).
+
+    A pair is asked about once per judge: later runs, and the second run right after the
+    first, find its verdict instead of paying for the same question again. A pair is keyed by
+    hashes of its two texts (in either order), so an edited memory is asked about afresh;
+    erasing the user deletes its verdicts with the rest. A dry run asks but keeps nothing.
+    """
+
+    def __init__(self, judge: Judge, store: Any, scope: Scope, now: datetime, *, keep: bool = True) -> None:
+        self.judge, self.store, self.scope, self.now, self.keep = judge, store, scope, now, keep
+        self.name = str(getattr(judge, "name", type(judge).__name__))
+        self.asked = self.remembered = self.confirmed = 0
+
+    def pair_id(self, a: str, b: str) -> str:
+        ha, hb = sorted(stable_id("text", text) for text in (a, b))
+        return stable_id("verdict", self.scope.org_id, self.scope.user_id, self.name, ha, hb)
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> set[int] | None:
+        ids = [self.pair_id(a, b) for a, b in pairs]
+        known = self.store.verdicts(self.scope, ids)
+        unknown = [k for k, pair_id in enumerate(ids) if pair_id not in known]
+        same = {k for k, pair_id in enumerate(ids) if known.get(pair_id)}
+        self.remembered += len(pairs) - len(unknown)
+        if unknown:
+            self.asked += len(unknown)
+            fresh = self.judge([pairs[k] for k in unknown])
+            if fresh is not None:
+                same |= {unknown[x] for x in fresh if 0 <= x < len(unknown)}
+                if self.keep:
+                    self.store.record_verdicts(
+                        self.scope, {ids[k]: k in same for k in unknown}, self.name, self.now
+                    )
+        self.confirmed += len(same)
+        return same
+
+    def tally(self) -> dict[str, int]:
+        """Pairs put to the judge, pairs whose verdict was remembered, and pairs found the same."""
+        return {"asked": self.asked, "remembered": self.remembered, "confirmed": self.confirmed}
+
+
+def build_judge(settings: Settings) -> Judge | None:
+    """An LLM judge of near misses when an LLM is configured and the judge is on, else None."""
+    if not (settings.llm_configured and settings.consolidation_llm_judge):
+        return None
+    from agent_memory.llm import LLMClient
+
+    return LLMJudge(LLMClient.from_settings(settings))

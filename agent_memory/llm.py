@@ -112,13 +112,18 @@ FAILURES: Counter[str] = Counter()
 _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$")
 
 
-def parse_output(text: str) -> ExtractionOutput:
-    """The model's answer as validated output; raises ValueError with a readable reason."""
+def parse_json(text: str) -> Any:
+    """The JSON of a model's answer, code fences aside; raises ValueError with a readable reason."""
     cleaned = _FENCE.sub("", text or "").strip()
     try:
-        data = json.loads(cleaned)
+        return json.loads(cleaned)
     except json.JSONDecodeError as exc:
         raise ValueError(f"the answer is not JSON ({exc.msg} at position {exc.pos})") from None
+
+
+def parse_output(text: str) -> ExtractionOutput:
+    """The model's answer as validated output; raises ValueError with a readable reason."""
+    data = parse_json(text)
     if isinstance(data, list):
         data = {"memories": data}
     try:
@@ -171,13 +176,10 @@ class LLMClient:
             response_format=settings.llm_response_format, temperature=settings.llm_temperature,
         )
 
-    def _format(self) -> dict[str, Any]:
+    def _format(self, schema: type[BaseModel], name: str) -> dict[str, Any]:
         if self.response_format == "json_object":
             return {"type": "json_object"}
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": "memories", "schema": ExtractionOutput.model_json_schema()},
-        }
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema.model_json_schema()}}
 
     def _backoff(self, attempt: int, exc: Exception) -> float:
         delay = self.backoff_s * 2**attempt
@@ -196,15 +198,17 @@ class LLMClient:
         log.warning("LLM extraction failed (%s): %s", kind, message)
         return UnavailableError(message, code=kind)
 
-    def chat(self, messages: list[dict[str, str]]) -> str:
-        """One completion's text, retried on 429, 5xx, timeouts and connection errors."""
+    def chat(
+        self, messages: list[dict[str, str]], *, schema: type[BaseModel] = ExtractionOutput, name: str = "memories"
+    ) -> str:
+        """One completion's text in the JSON of `schema`, retried on 429, 5xx, timeouts and connection errors."""
         for attempt in range(self.max_retries + 1):
             self.limiter.acquire()
             self.stats["requests"] += 1
             try:
                 response = self.client.chat.completions.create(
                     model=self.model, messages=messages,  # type: ignore[arg-type]
-                    temperature=self.temperature, response_format=self._format(),  # type: ignore[arg-type]
+                    temperature=self.temperature, response_format=self._format(schema, name),  # type: ignore[arg-type]
                 )
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError) as exc:
                 if attempt == self.max_retries:

@@ -135,6 +135,13 @@ class Settings(BaseSettings):
     # memories merge only with the same content words and a lexical similarity (Dice over words,
     # CJK characters and bigrams, function words aside) of at least this.
     consolidation_lexical_similarity: float = Field(default=0.8, gt=0, le=1)
+    # With an LLM configured, the near misses the rules refuse (the same stance and names, a shared
+    # content word, and a cosine, or where the model cannot read a text a lexical similarity, at or
+    # above these) are put to it, up to consolidation_judge_max_pairs per user and run.
+    consolidation_llm_judge: bool = True
+    consolidation_judge_similarity: float = Field(default=0.7, gt=0, le=1)
+    consolidation_judge_lexical_similarity: float = Field(default=0.3, gt=0, le=1)
+    consolidation_judge_max_pairs: int = Field(default=100, ge=0, le=500)
     consolidation_oov_guard: float = Field(default=0.1, ge=0, le=1)
     # A memory neither recalled nor changed for this long loses importance, once per period.
     consolidation_decay_after_days: float = Field(default=90.0, gt=0)

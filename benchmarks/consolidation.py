@@ -16,6 +16,11 @@ scored after they were fixed.
     PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py [--memories 100000 --users 1000 --engine ray]
     PYTHONPATH=. .venv/bin/python benchmarks/consolidation.py --memories 30000 --users 300 \
         --templates heldout3 --name consolidation_heldout3
+
+`--judge oracle` configures an LLM: an OpenAI-compatible server on loopback that knows the plan
+and answers every judge request right. It measures how far the judge's near misses reach (the
+recall an ideal LLM could give) and what judging costs (requests, pairs, time), through the real
+path: HTTP, the verdict table, Ray Data workers.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import summarize, write_result  # noqa: E402
 from jobs.consolidate import run_consolidation  # noqa: E402
 from storage import LanceStore  # noqa: E402
+from tests.llm_server import scripted_llm  # noqa: E402
 
 # template key -> (restatements of one fact, look-alikes that must stay apart, entities)
 EN: dict[str, tuple[list[str], list[str], list[str]]] = {
@@ -216,6 +222,24 @@ def recall_latency(service: MemoryService, labels: dict[str, dict], queries: int
     return summarize(samples)
 
 
+def oracle(templates: Templates) -> Any:
+    """The answers of a judge that knows the plan: two texts are the same fact when both are
+    restatements (template variants) of one template and entity. Summaries keep the first note."""
+    from agent_memory.consolidation import JUDGE_PROMPT
+
+    fact = {v.format(x=e): (lang, key, e) for lang, table in templates.items()
+            for key, (variants, _, entities) in table.items() for v in variants for e in entities}
+
+    def respond(body: dict[str, Any]) -> str:
+        system, user = (m["content"] for m in body["messages"])
+        if system != JUDGE_PROMPT:
+            return user.splitlines()[0].removeprefix("- ")
+        pairs = json.loads(user)["pairs"]
+        return json.dumps({"same": [p["pair"] for p in pairs if fact.get(p["a"]) and fact.get(p["a"]) == fact.get(p["b"])]})
+
+    return respond
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=100_000)
@@ -229,12 +253,23 @@ def main() -> int:
     parser.add_argument("--storage", default=None, help="store directory (default: a temporary one)")
     parser.add_argument("--templates", choices=["tuning", *HELDOUT], default="tuning",
                         help="the fact tables to plant (heldout: topics and wording the rules were not fitted to)")
+    parser.add_argument("--judge", choices=["none", "oracle"], default="none",
+                        help="oracle: an LLM judge on loopback that knows the plan (see above)")
     parser.add_argument("--name", default="consolidation")
     args = parser.parse_args()
+    if args.judge == "oracle":
+        with scripted_llm() as llm:
+            llm.respond = oracle(load_templates(args.templates))
+            return run(args, {"llm_base_url": llm.base_url, "llm_model": "oracle", "llm_requests_per_minute": 0})
+    return run(args, {})
+
+
+def run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
+    """Build, consolidate, score and write the result, with these LLM settings (none: rules only)."""
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-consolidation-")
     uri = args.storage or str(Path(tmp.name) / "lancedb")
-    settings = Settings(storage_uri=uri, consolidation_keep_versions_hours=0, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(storage_uri=uri, consolidation_keep_versions_hours=0, _env_file=None, **llm)  # type: ignore[call-arg]
     embedder = SentenceTransformerEmbedder(batch_size=128)
     now = datetime(2026, 6, 1, tzinfo=timezone.utc)
     store = LanceStore(uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
@@ -252,6 +287,7 @@ def main() -> int:
     second = run_consolidation(settings, now=now, use_ray=args.engine == "ray")
     payload = {
         "memories": len(labels), "users": args.users, "engine": args.engine, "templates": args.templates,
+        "judge": args.judge, "judged": report.get("judged"), "second_run_judged": second.get("judged"),
         "build_s": round(build_s, 1),
         "consolidation_s": round(duration, 2), "memories_per_s": round(len(labels) / duration, 1),
         "quality": quality,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_memory.consolidation import build_summarizer, consolidate_user
+from agent_memory.consolidation import build_judge, build_summarizer, consolidate_user
 from agent_memory.errors import ConflictError
 from agent_memory.models import Scope, check_identifier, utcnow
 from agent_memory.settings import Settings
@@ -55,21 +55,24 @@ class ConsolidateUsers:
     def __init__(self, settings: Settings, now: datetime, dry_run: bool) -> None:
         self.service = _open_service(settings, now)
         self.summarize = build_summarizer(settings)
+        self.judge = build_judge(settings)
         self.now = now
         self.dry_run = dry_run
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
         reports = [
-            json.dumps(_consolidate_one(self.service, str(org), str(user), self.now, self.dry_run, self.summarize),
-                       ensure_ascii=False, default=str)
+            json.dumps(_consolidate_one(self.service, str(org), str(user), self.now, self.dry_run, self.summarize,
+                                        self.judge), ensure_ascii=False, default=str)
             for org, user in zip(batch["org_id"], batch["user_id"], strict=True)
         ]
         return {"report": reports}
 
 
-def _consolidate_one(service: Any, org_id: str, user_id: str, now: datetime, dry_run: bool, summarize: Any) -> dict:
+def _consolidate_one(service: Any, org_id: str, user_id: str, now: datetime, dry_run: bool, summarize: Any,
+                     judge: Any) -> dict:
     try:
-        return consolidate_user(service, Scope.user(org_id, user_id), now, dry_run=dry_run, summarize=summarize)
+        return consolidate_user(service, Scope.user(org_id, user_id), now, dry_run=dry_run, summarize=summarize,
+                                judge=judge)
     except Exception as exc:
         # One user's failure must not stop the others; the next run retries them.
         log.exception("consolidation failed for %s/%s", org_id, user_id)
@@ -98,10 +101,10 @@ def _on_ray(owners: list[tuple[str, str]], settings: Settings, now: datetime, dr
 
 def _in_process(owners: list[tuple[str, str]], settings: Settings, now: datetime, dry_run: bool) -> Iterator[dict]:
     service = _open_service(settings, now)
-    summarize = build_summarizer(settings)
+    summarize, judge = build_summarizer(settings), build_judge(settings)
     with service:
         for org_id, user_id in owners:
-            yield _consolidate_one(service, org_id, user_id, now, dry_run, summarize)
+            yield _consolidate_one(service, org_id, user_id, now, dry_run, summarize, judge)
 
 
 def run_consolidation(
@@ -232,10 +235,13 @@ def _totals(users: list[dict], dry_run: bool) -> dict[str, Any]:
     if dry_run:
         totals["cluster_detail"] = [c for u in users for c in u.get("cluster_detail", [])]
     totals["users_changed"] = sum(1 for u in users if any(int(u.get(n, 0)) for n in COUNTS))
+    judged = [u["judged"] for u in users if "judged" in u]
+    if judged:
+        totals["judged"] = {k: sum(j[k] for j in judged) for k in ("asked", "remembered", "confirmed")}
     return totals
 
 
 def _job_summary(report: dict[str, Any]) -> dict[str, Any]:
     keep = ("users", "users_changed", "clusters_found", "clusters", "memories_merged", "expired", "decayed",
-            "purged", "fragments", "versions", "duration_s", "errors")
+            "purged", "judged", "fragments", "versions", "duration_s", "errors")
     return {k: report[k] for k in keep if k in report}

@@ -57,6 +57,7 @@ INDEXES: dict[str, list[tuple[str, Any]]] = {
     sc.MESSAGES: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("session_id", BTree())],
     sc.EVENTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
     sc.JOBS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
+    sc.VERDICTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
 }
 # Users found to hold more rows than the in-process scan takes; they go to Lance's searches.
 LARGE_SCOPES_KEPT = 10_000
@@ -109,7 +110,10 @@ class LanceStore:
         self._snapshot_ds: Any = None
         self._snapshot_version = -1
         self.embedding_model, self.embedding_dim = self._open_memories(embedding_model, embedding_dim)
-        for name, table_schema in ((sc.MESSAGES, sc.MESSAGES_SCHEMA), (sc.EVENTS, sc.EVENTS_SCHEMA), (sc.JOBS, sc.JOBS_SCHEMA)):
+        for name, table_schema in (
+            (sc.MESSAGES, sc.MESSAGES_SCHEMA), (sc.EVENTS, sc.EVENTS_SCHEMA), (sc.JOBS, sc.JOBS_SCHEMA),
+            (sc.VERDICTS, sc.VERDICTS_SCHEMA),
+        ):
             self._tables[name] = self._open_or_create(name, table_schema)
 
     # -- opening -------------------------------------------------------------------------------
@@ -541,6 +545,21 @@ class LanceStore:
             if row["state"] == "held" and expires > now:
                 return {"owner": token.get("owner"), "since": row["created_at"], "expires_at": expires}
         return None
+
+    # -- consolidation's verdicts --------------------------------------------------------------
+
+    def verdicts(self, scope: Scope, ids: Sequence[str]) -> dict[str, bool]:
+        """The remembered verdicts among these pair ids of one user: id -> same fact or not."""
+        if not ids:
+            return {}
+        where = Where().eq("org_id", scope.org_id).eq("user_id", scope.user_id).isin("id", list(ids))
+        return {r["id"]: bool(r["same"]) for r in self._rows(sc.VERDICTS, where, ["id", "same"])}
+
+    def record_verdicts(self, scope: Scope, verdicts: dict[str, bool], judge: str, at: datetime) -> None:
+        """Remember verdicts of one user's pairs (insert-if-absent: a verdict once given stands)."""
+        rows = [{"id": pair_id, "org_id": scope.org_id, "user_id": scope.user_id, "judge": judge, "same": same,
+                 "judged_at": at} for pair_id, same in verdicts.items()]
+        self._insert_absent(sc.VERDICTS, rows, sc.VERDICTS_SCHEMA)
 
     # -- erasure and maintenance ---------------------------------------------------------------
 

@@ -14,7 +14,9 @@ MEMORIES = "memories"
 MESSAGES = "messages"
 EVENTS = "events"
 JOBS = "jobs"
-TABLES = (MEMORIES, MESSAGES, EVENTS, JOBS)
+# Consolidation's remembered LLM verdicts on pairs of memories (no text: hashes of it).
+VERDICTS = "verdicts"
+TABLES = (MEMORIES, MESSAGES, EVENTS, JOBS, VERDICTS)
 # The org of rows that belong to no tenant (run leases); no API key ever maps to it.
 SYSTEM_ORG = "__system__"
 
@@ -102,6 +104,18 @@ JOBS_SCHEMA = pa.schema(
         pa.field("updated_at", _TS, nullable=False),
         pa.field("error", pa.string()),
         pa.field("report", pa.string(), nullable=False),
+    ]
+)
+
+
+VERDICTS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("org_id", pa.string(), nullable=False),
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("judge", pa.string(), nullable=False),
+        pa.field("same", pa.bool_(), nullable=False),
+        pa.field("judged_at", _TS, nullable=False),
     ]
 )
 

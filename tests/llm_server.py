@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,10 +28,14 @@ def memories_reply(*memories: dict[str, Any], delay_s: float = 0.0) -> Reply:
 
 
 class ScriptedLLM:
-    """Serves `/v1/chat/completions`; each request takes the next scripted reply and is recorded."""
+    """Serves `/v1/chat/completions`; each request takes the next scripted reply and is recorded.
+
+    With the script exhausted, `respond` (when set) answers from the request body instead.
+    """
 
     def __init__(self) -> None:
         self.replies: list[Reply] = []
+        self.respond: Callable[[dict[str, Any]], str] | None = None
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         owner = self
@@ -45,7 +49,12 @@ class ScriptedLLM:
                 with owner._lock:
                     owner.requests.append({"path": self.path, "body": json.loads(body or b"{}"),
                                            "authorization": self.headers.get("authorization")})
-                    reply = owner.replies.pop(0) if owner.replies else Reply(status=500, content="script exhausted")
+                    if owner.replies:
+                        reply = owner.replies.pop(0)
+                    elif owner.respond is not None:
+                        reply = Reply(owner.respond(json.loads(body or b"{}")))
+                    else:
+                        reply = Reply(status=500, content="script exhausted")
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.status == 200:

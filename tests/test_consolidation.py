@@ -7,13 +7,14 @@ import json
 import threading
 from contextlib import redirect_stdout
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from agent_memory.cli import main
 from agent_memory.consolidation import (
+    JUDGE_PROMPT,
+    SUMMARY_PROMPT,
     adds_content,
     apply_plan,
     content_sequence,
@@ -34,6 +35,7 @@ from agent_memory.service import MemoryService
 from jobs.consolidate import LEASE, job_id, run_consolidation
 from jobs.schedule import ConsolidationSchedule, submit_consolidation
 from tests.conftest import Clock
+from tests.llm_server import ScriptedLLM, scripted_llm
 
 U = Scope.user("acme", "alice")
 CLUSTERS = {
@@ -383,43 +385,89 @@ def test_ray_data_job_submitted_to_the_cluster(service: MemoryService, clock: Cl
     assert job is not None and job["state"] == "succeeded" and job["report"]["clusters"] == 5
 
 
-class _ChatServer(BaseHTTPRequestHandler):
-    """An OpenAI-compatible /chat/completions endpoint on loopback that answers one fixed summary."""
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(body)  # type: ignore[attr-defined]
-        answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                  "choices": [{"index": 0, "finish_reason": "stop",
-                               "message": {"role": "assistant", "content": "The user's dog is named Max."}}]}
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _llm_settings(llm: ScriptedLLM) -> dict[str, Any]:
+    return {"llm_base_url": llm.base_url, "llm_model": "tiny", "llm_api_key": "k", "llm_backoff_s": 0.0,
+            "llm_max_retries": 0}
 
 
 def test_llm_summary_becomes_the_merged_content(make_service: Any, clock: Clock) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
-    server.requests = []  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        service = make_service(clock=clock, llm_base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                               llm_model="tiny", llm_api_key="k")
+    with scripted_llm() as llm:
+        llm.respond = lambda body: "The user's dog is named Max."
+        service = make_service(clock=clock, **_llm_settings(llm))
         a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
         service.add("acme", {"user_id": "alice", "content": "My dog is named Max"})
         assert _run(service, clock)["clusters"] == 1
-    finally:
-        server.shutdown()
     survivor = _all(service)[a]
     assert survivor.content == "The user's dog is named Max." and survivor.status == "active"
-    assert "My dog is called Max" in server.requests[0]["messages"][1]["content"]  # type: ignore[attr-defined]
+    assert [r["body"]["messages"][0]["content"] for r in llm.requests] == [SUMMARY_PROMPT]  # no near miss to judge
+    assert "My dog is called Max" in llm.requests[0]["body"]["messages"][1]["content"]
     hits = service.recall("acme", {"user_id": "alice", "query": "dog named Max"}).memories
     assert [h.id for h in hits] == [a]
+
+
+# The facts the loopback judge knows: it answers "same" for a pair whose texts share a fact here.
+FACTS = {"我最喜欢吃川菜": "sichuan", "川菜是我最喜欢的菜": "sichuan", "我最喜欢吃粤菜": "canton",
+         "The user was born in June": "june", "The user's birthday is in June": "june"}
+
+
+def _judge_reply(body: dict[str, Any]) -> str:
+    """An OpenAI-compatible judge on loopback: SUMMARY_PROMPT gets the first note, pairs a verdict."""
+    system, user = (m["content"] for m in body["messages"])
+    if system == SUMMARY_PROMPT:
+        return user.splitlines()[0].removeprefix("- ")
+    pairs = json.loads(user)["pairs"]
+    same = [p["pair"] for p in pairs if FACTS.get(p["a"], p["a"]) == FACTS.get(p["b"], p["b"])]
+    return json.dumps({"same": same})
+
+
+def test_an_llm_judges_the_near_misses_the_rules_refuse(make_service: Any, clock: Clock) -> None:
+    texts = [*FACTS, "我爸最喜欢吃川菜", "The user's daughter was born in June"]
+    with scripted_llm() as llm:
+        llm.respond = _judge_reply
+        service = make_service(clock=clock, **_llm_settings(llm))
+        ids = dict(zip(texts, service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts]).ids,
+                       strict=True))
+        plan = _run(service, clock, dry_run=True)
+        assert plan["clusters"] == 2 and not _all(service)[ids["我最喜欢吃川菜"]].superseded_by
+        report = _run(service, clock)
+        judged = [r for r in llm.requests if r["body"]["messages"][0]["content"] == JUDGE_PROMPT]
+        second = _run(service, clock)
+    assert report["clusters"] == 2 and report["memories_merged"] == 2 and report["errors"] == []
+    assert report["judged"]["confirmed"] == 2 and report["judged"]["asked"] >= 3
+    rows = _all(service)
+    for a, b in (("我最喜欢吃川菜", "川菜是我最喜欢的菜"), ("The user was born in June", "The user's birthday is in June")):
+        assert sorted(rows[ids[t]].status for t in (a, b)) == ["active", "superseded"]
+    for text in ("我最喜欢吃粤菜", "我爸最喜欢吃川菜", "The user's daughter was born in June"):
+        assert rows[ids[text]].status == "active", text
+    # The guards hold before the judge: another person's fact is never put to it.
+    asked = [p for r in judged for p in json.loads(r["body"]["messages"][1]["content"])["pairs"]]
+    assert asked and not any("我爸" in p["a"] + p["b"] or "daughter" in p["a"] + p["b"] for p in asked)
+    assert judged[0]["body"]["response_format"]["json_schema"]["name"] == "same_facts"
+    # The verdicts are remembered: the second run asks nothing and changes nothing.
+    assert second["clusters"] == 0 and second["judged"]["asked"] == 0 and second["judged"]["remembered"] >= 1
+    assert len(judged) == 2  # the dry run's request and the run's: the dry run kept no verdict
+    # Erasing the user erases its verdicts with the rest.
+    assert service.store.erase_user("acme", "alice")["verdicts"] == report["judged"]["asked"]
+
+
+def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock: Clock) -> None:
+    texts = ["我最喜欢吃川菜", "川菜是我最喜欢的菜", "My dog is called Max", "My dog is named Max"]
+    with scripted_llm() as llm:
+        # The judge answers prose, then a pair number that does not exist; summaries work.
+        verdicts = iter(["They look the same to me.", json.dumps({"same": [7]})])
+        llm.respond = lambda body: next(verdicts) if body["messages"][0]["content"] == JUDGE_PROMPT else _judge_reply(body)
+        service = make_service(clock=clock, **_llm_settings(llm))
+        service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts])
+        runs = [_run(service, clock) for _ in range(3)]
+    assert runs[0]["clusters"] == 1 and runs[0]["errors"] == []
+    # Prose is no verdict: nothing is kept, and the next run asks again; a number out of range
+    # is a verdict that no pair is the same, and is kept.
+    assert [r["judged"] for r in runs] == [{"asked": 1, "remembered": 0, "confirmed": 0},
+                                           {"asked": 1, "remembered": 0, "confirmed": 0},
+                                           {"asked": 0, "remembered": 1, "confirmed": 0}]
+    assert [r["clusters"] for r in runs[1:]] == [0, 0]
+    off = make_service(clock=clock, consolidation_llm_judge=False, **_llm_settings(llm))
+    assert "judged" not in _run(off, clock, user_id="alice", org_id="acme")
 
 
 def test_schedule_daily_interval_and_off(settings: Any, clock: Clock) -> None:

@@ -36,7 +36,7 @@ from itertools import zip_longest
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent_memory.ids import stable_id
 from agent_memory.models import MemoryEvent, MemoryRecord, Scope
@@ -57,14 +57,14 @@ _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _CONTENT_TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\W_{CJK_RANGES}]+(?:'[^\\W_{CJK_RANGES}]+)?", re.UNICODE)
 _NEGATION_WORDS = frozenset(
     """not no never nobody nothing none neither nor cannot without hate hates hated dislike dislikes
-    disliked avoid avoids stopped""".split()
+    disliked avoid avoids stopped seldom rarely hardly barely""".split()
 )
 # Chinese negators and verbs of aversion: a one-character difference that reverses the meaning.
 _NEGATION_CJK = ("不", "没", "别", "未", "无", "非", "讨厌", "不再", "戒")
 # Words that contain a negator's character without negating ("特别" especially, "非常" very,
 # "未来" future) or that name someone else ("别人" others): taken out before negators are sought.
-_NOT_NEGATION_CJK = ("特别", "分别", "区别", "告别", "级别", "类别", "性别", "识别", "个别", "别人", "非常", "无论",
-                     "无线", "未来", "不错", "差不多", "不仅", "不过", "不断")
+_NOT_NEGATION_CJK = ("特别", "分别", "区别", "告别", "级别", "类别", "性别", "识别", "个别", "别人", "别墅", "非常",
+                     "非洲", "无论", "无线", "无人机", "未来", "不错", "差不多", "不仅", "不过", "不断", "戒指")
 
 # Whose fact it is: kinship, household and work relations. "The user's wife likes tea" is not
 # the user's fact, whatever its cosine to "the user likes tea".
@@ -76,6 +76,9 @@ _PERSON_WORDS_EN = frozenset(
     teammates intern interns mentor classmate classmates sons daughters brothers sisters""".split()
 )
 _PERSON_PHRASES_EN = ("team lead", "tech lead", "in-law", "co-worker")
+# Words that contain a person's character without naming one: "吉他" (guitar), "其他" (other),
+# "面向对象" (object-oriented), "朋友圈" (WeChat Moments).
+_NOT_PERSON_CJK = ("吉他", "其他", "面向对象", "朋友圈")
 # Roles that are also jobs ("works as a product manager"): someone else only after a possessive.
 _ROLE_AFTER_POSSESSIVE = re.compile(
     r"\b(?:my|our|his|her|their|user's)\s+(?:\w+\s+)?(manager|supervisor|director|teacher|tutor|coach|doctor|"
@@ -91,9 +94,10 @@ _PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象",
 _MODALITY_MARKS = {
     "past": (r"\bused to\b", r"\bformerly\b", r"\bpreviously\b", r"\bago\b", r"\blast (?:year|month|week)\b",
              r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", "以前", "曾经", "过去", "去年", "从前"),
-    "intent": (r"\bwants? to\b", r"\bwould like to\b", r"\bplans? to\b", r"\bplanning\b", r"\bthinking (?:about|of)\b",
-               r"\bconsider(?:s|ing)?\b", r"\bhopes? to\b", r"\bwish(?:es)?\b", r"\bintends? to\b",
-               r"\bgoing to\b", r"\bmight\b", r"\bmaybe\b", "想", "打算", "计划", "准备", "希望", "考虑"),
+    "intent": (r"\bwants? to\b", r"\bwould like to\b", r"\bplans? to\b", r"\bplanning to\b", r"\bthinking (?:about|of)\b",
+               r"\bconsidering\b", r"\bhopes? to\b", r"\bwish(?:es)?\b", r"\bintends? to\b",
+               r"\bgoing to (?!the\b|a\b|an\b|work\b|school\b|bed\b)", r"\bmight\b", r"\bmaybe\b",
+               "(?<![理思感梦回构幻猜])想(?!念|法)", "打算", "计划", "准备(?=去|要|买|考|换|学|搬|开|做)", "希望", "考虑"),
 }
 _MODALITY_RES = {kind: re.compile("|".join(marks)) for kind, marks in _MODALITY_MARKS.items()}
 _LATIN_WORD = re.compile(r"[a-z][a-z'\-]*")
@@ -119,10 +123,11 @@ def persons(text: str) -> frozenset[str]:
     """The other people a statement is about or belongs to ("wife", "我同事"), in either language."""
     lowered = normalize(text).replace("’", "'")
     words = {w.removesuffix("'s") for w in _LATIN_WORD.findall(lowered)}
+    words |= {part for w in words for part in w.split("-")}  # "ex-wife", "step-son"
     found = {w for w in words if w in _PERSON_WORDS_EN}
     found.update(p for p in _PERSON_PHRASES_EN if p in lowered)
     found.update(_ROLE_AFTER_POSSESSIVE.findall(lowered))
-    lowered = _without(lowered, ("其他",))
+    lowered = _without(lowered, _NOT_PERSON_CJK)
     found.update(p for p in _PERSON_WORDS_CJK if p in lowered)
     return frozenset(found)
 
@@ -140,7 +145,10 @@ def stance(text: str) -> tuple[bool, frozenset[str], frozenset[str]]:
 
 # A word with the signs that make it another name: "C++", "C#", blood group "AB-" (a hyphen only
 # where no word follows: "gluten-free" is two words).
-_NAME_TOKEN = re.compile(r"[^\W_]+(?:[+#]+|-(?![^\W_]))?", re.UNICODE)
+_SIGNED = r"(?:[+#]+|-(?![^\W_]))?"
+_NAME_TOKEN = re.compile(rf"[^\W_]+{_SIGNED}", re.UNICODE)
+# The same without CJK: "我喜欢用Python" holds the word "Python".
+_LATIN_NAME_TOKEN = re.compile(rf"[^\W_{CJK_RANGES}]+{_SIGNED}", re.UNICODE)
 _SENTENCE_END = re.compile(r"[.!?。！？;；:：]\s*|\n")
 
 
@@ -153,21 +161,27 @@ def names(text: str) -> frozenset[str]:
     """
     found: set[str] = set()
     for sentence in _SENTENCE_END.split(unicodedata.normalize("NFKC", text)):
-        tokens = [t for t in _NAME_TOKEN.findall(sentence) if not _CJK_CHAR.match(t)]
+        tokens = _LATIN_NAME_TOKEN.findall(sentence)
+        # In Chinese no Latin word starts the sentence; in capitals, capitals say nothing.
+        first = 0 if _CJK_CHAR.search(sentence) else 1
+        shouting = sum(c.isupper() for c in sentence) > 1 and not any(c.islower() for c in sentence)
         for k, token in enumerate(tokens):
-            if any(c.isdigit() for c in token) or (k > 0 and token[:1].isupper() and token != "I"):
+            if any(c.isdigit() for c in token) or (
+                k >= first and token[:1].isupper() and token != "I" and not shouting
+            ):
                 found.add(token.lower())
     return frozenset(found)
 
 
+def _words(text: str) -> frozenset[str]:
+    """Every word of a text, lower-cased, Latin words apart from CJK ones (what a name is sought in)."""
+    folded = unicodedata.normalize("NFKC", text).lower()
+    return frozenset(_NAME_TOKEN.findall(folded)) | frozenset(_LATIN_NAME_TOKEN.findall(folded))
+
+
 def names_agree(a: str, b: str) -> bool:
     """Whether every name or number of each text is also a word of the other."""
-    na, nb = names(a), names(b)
-    if not na and not nb:
-        return True
-    wa = {t.lower() for t in _NAME_TOKEN.findall(unicodedata.normalize("NFKC", a))}
-    wb = {t.lower() for t in _NAME_TOKEN.findall(unicodedata.normalize("NFKC", b))}
-    return na <= wb and nb <= wa
+    return names(a) <= _words(b) and names(b) <= _words(a)
 
 
 def lexical_agreement(a: str, b: str) -> float:
@@ -246,14 +260,21 @@ def adds_content(a: set[str], b: set[str]) -> bool:
     return len(a - b) != len(b - a)
 
 
-def rewording(a: Sequence[str], b: Sequence[str]) -> str | None:
+# Who every statement is about: sharing it says nothing about sharing a fact.
+_SUBJECT_TERMS = frozenset({"user"})
+
+
+def rewording(a: Sequence[str], b: Sequence[str], owned: frozenset[str] = frozenset()) -> str | None:
     """How two content sequences differ: "same" terms, "reworded", "rephrased", or None.
 
-    Reworded is one term swapped for another ("named" for "called", but also "cat" for "dog",
-    which is why it takes a higher cosine), or a detail added after everything the other says
-    ("works as a nurse" -> "works as a nurse at their company"). Rephrased is any other wording
-    of statements that still share a content term ("codes in Emacs" -> "writes code in Emacs").
-    None: nothing in common to restate.
+    Reworded is exactly one term swapped for another: "named" for "called", but also "cat" for
+    "dog" or "motorcycle" for "bike", which the model scores alike, so it takes the highest
+    cosine. Rephrased is any other wording that still shares a content term besides the subject:
+    terms added ("codes in Emacs" -> "writes code in Emacs", "works as a nurse at their company"),
+    or changed on both sides ("is employed as a teacher" -> "works as a teacher at their
+    company"). None where an added term is one `owned` holds, a noun right after a possessive
+    ("the user's cat likes tuna", "my company is based in Oslo": someone else's fact), or where
+    nothing besides the subject is shared.
     """
     sa, sb = set(a), set(b)
     if sa == sb:
@@ -261,11 +282,18 @@ def rewording(a: Sequence[str], b: Sequence[str]) -> str | None:
     if len(sa - sb) == len(sb - sa) == 1:
         return "reworded"
     if sa and sb and (sa < sb or sb < sa):
-        shorter, longer = (sa, b) if sa < sb else (sb, a)
-        last_shared = max((k for k, term in enumerate(longer) if term in shorter), default=-1)
-        if all(k > last_shared for k, term in enumerate(longer) if term not in shorter):
-            return "reworded"
-    return "rephrased" if sa & sb else None
+        added = (sb - sa) if sa < sb else (sa - sb)
+        return None if added & owned or not (sa & sb) - _SUBJECT_TERMS else "rephrased"
+    return "rephrased" if (sa & sb) - _SUBJECT_TERMS else None
+
+
+_POSSESSIVE = re.compile(r"(?:'s|\bmy|\bour)\s+([^\W_]+)")
+
+
+def owned_terms(text: str) -> frozenset[str]:
+    """The content terms (stems) right after a possessive: "the user's cat", "my company"."""
+    lowered = normalize(text).replace("’", "'")
+    return frozenset(stem_words(_POSSESSIVE.findall(lowered)))
 
 
 def exact_key(text: str) -> str:
@@ -347,9 +375,13 @@ def _links(
     unreadable = [r.oov > settings.consolidation_oov_guard for r in records]
     lexical_min = settings.consolidation_lexical_similarity
 
+    named = [(names(r.index_text), _words(r.index_text)) for r in records]
+    owned = [owned_terms(r.index_text) for r in records]
+
     def agree(i: int, j: int) -> bool:
         """The same negation, people, time and intent, and the same names."""
-        return stances[i] == stances[j] and names_agree(records[i].index_text, records[j].index_text)
+        (names_i, words_i), (names_j, words_j) = named[i], named[j]
+        return stances[i] == stances[j] and names_i <= words_j and names_j <= words_i
 
     # Texts the model reads: cosine similarity, blocked 1,024 rows at a time. The same content
     # terms in another order or inflection link at `consolidation_similarity`; one term swapped
@@ -374,7 +406,7 @@ def _links(
             if keys[i] == keys[j]:
                 links[i][j] = links[j][i] = 1.0
                 continue
-            kind = rewording(sequences[i], sequences[j]) if agree(i, j) else None
+            kind = rewording(sequences[i], sequences[j], owned[i] | owned[j]) if agree(i, j) else None
             similarity = float(sims[a_local, b])
             if kind is not None and similarity >= needed[kind]:
                 links[i][j] = links[j][i] = similarity
@@ -413,31 +445,32 @@ def _links(
     # some lexical agreement; the judge reads the language the model cannot.
     lexical_bar = settings.consolidation_judge_lexical_similarity
     lexical_misses: list[NearMiss] = []
-    for i in range(n):
-        for j in range(i + 1, n):
-            if (unreadable[i] or unreadable[j]) and j not in links[i] and contents[i] & contents[j] and agree(i, j):
-                similarity = lexical_agreement(stripped[i], stripped[j])
-                if similarity >= lexical_bar:
-                    lexical_misses.append((similarity, i, j))
+    for i in (k for k in range(n) if unreadable[k]):
+        for j in range(n):
+            if (j > i or not unreadable[j]) and j != i:
+                a, b = min(i, j), max(i, j)
+                if b not in links[a] and contents[a] & contents[b] and agree(a, b):
+                    similarity = lexical_agreement(stripped[a], stripped[b])
+                    if similarity >= lexical_bar:
+                        lexical_misses.append((similarity, a, b))
     ranked = [sorted(kind, key=lambda m: (-m[0], m[1], m[2])) for kind in (cosine_misses, lexical_misses)]
     return links, [m for pair in zip_longest(*ranked) for m in pair if m is not None]
 
 
-class _Asking:
-    """A judge's budget for one user's run: `consolidation_judge_max_pairs` pairs, each asked once."""
+class _JudgedPairs:
+    """The near misses one user's planning has put to a judge: each pair is asked about once."""
 
-    def __init__(self, judge: Judge, budget: int) -> None:
-        self.judge, self.budget = judge, budget
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
         self.asked: set[tuple[int, int, int]] = set()
 
     def confirm(self, part_key: int, records: Sequence[MemoryRecord], links: Links, misses: list[NearMiss],
                 alive: set[int]) -> bool:
         """Ask about the near misses among `alive` not yet linked or asked; link the confirmed ones."""
         pending = [m for m in misses if m[1] in alive and m[2] in alive and m[2] not in links[m[1]]
-                   and (part_key, m[1], m[2]) not in self.asked][: self.budget]
+                   and (part_key, m[1], m[2]) not in self.asked]
         if not pending:
             return False
-        self.budget -= len(pending)
         self.asked.update((part_key, i, j) for _, i, j in pending)
         verdict = self.judge([(records[i].content, records[j].content) for _, i, j in pending]) or set()
         confirmed = sorted(k for k in verdict if 0 <= k < len(pending))
@@ -496,7 +529,7 @@ def cluster_memories(
         # Merging across these would change what a typed, team or agent recall sees.
         partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
     clusters: list[Cluster] = []
-    asking = _Asking(judge, settings.consolidation_judge_max_pairs) if judge is not None else None
+    asking = _JudgedPairs(judge) if judge is not None else None
     for part_key, indices in enumerate(partitions.values()):
         part = [records[i] for i in indices]
         links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None)
@@ -684,7 +717,9 @@ def consolidate_user(
 ) -> dict[str, Any]:
     """Plan and (unless a dry run) apply consolidation for one user; return the user's report."""
     records, vectors = service.store.user_memories(scope)
-    remembered = RememberedJudge(judge, service.store, scope, now, keep=not dry_run) if judge is not None else None
+    remembered = None
+    if judge is not None:
+        remembered = RememberedJudge(judge, service.store, scope, now, budget=service.settings.consolidation_judge_max_pairs)
     plan = plan_user(scope, records, vectors, now, service.settings, remembered)
     report: dict[str, Any] = {"org_id": scope.org_id, "user_id": scope.user_id, "memories": len(records)}
     if remembered is not None:
@@ -696,6 +731,8 @@ def consolidate_user(
     report["found"] = plan.counts()
     report.update(apply_plan(service, plan, now, summarize) if not plan.empty else
                   {"clusters": 0, "merged": 0, "expired": 0, "decayed": 0, "purged": 0})
+    if remembered is not None:
+        remembered.keep()
     return report
 
 
@@ -751,7 +788,7 @@ JUDGE_PROMPT = (
 class SameFacts(BaseModel):
     """The judge's answer: the numbers of the pairs that state the same fact."""
 
-    same: list[int] = Field(default_factory=list)
+    same: list[int]
 
 
 class LLMJudge:
@@ -765,6 +802,7 @@ class LLMJudge:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.name = f"llm:{client.model}"
+        self.unavailable = False
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> set[int] | None:
         from agent_memory.errors import UnavailableError
@@ -775,29 +813,40 @@ class LLMJudge:
             {"role": "system", "content": JUDGE_PROMPT},
             {"role": "user", "content": json.dumps(notes, ensure_ascii=False)},
         ]
+        if self.unavailable:
+            return None
         try:
             answer = SameFacts.model_validate(parse_json(self.client.chat(messages, schema=SameFacts, name="same_facts")))
         except UnavailableError:
-            return None  # counted and logged by the client
+            # Counted and logged by the client, after its retries: the rest of this run does without.
+            self.unavailable = True
+            return None
         except (ValueError, ValidationError) as exc:
             log.warning("the consolidation judge's answer was not usable: %s", exc)
             return None
-        return {k - 1 for k in answer.same if 1 <= k <= len(pairs)}
+        if any(not 1 <= k <= len(pairs) for k in answer.same):
+            log.warning("the consolidation judge named pairs that were not asked about: %s", answer.same)
+            return None
+        return {k - 1 for k in answer.same}
 
 
 class RememberedJudge:
     """A judge whose verdicts on one user's pairs are kept in the store (table `verdicts`).
 
-    A pair is asked about once per judge: later runs, and the second run right after the
-    first, find its verdict instead of paying for the same question again. A pair is keyed by
-    hashes of its two texts (in either order), so an edited memory is asked about afresh;
-    erasing the user deletes its verdicts with the rest. A dry run asks but keeps nothing.
+    A pair is asked about once per judge: later runs, and the second run right after the first,
+    find its verdict instead of paying for the same question again. A pair is keyed by hashes of
+    its two texts (in either order), so an edited or summarised memory is asked about afresh.
+    At most `budget` pairs a run go to the judge (remembered ones are free); the rest wait for the
+    next run, so where the budget binds, results converge over several runs. Verdicts are written
+    by `keep`, after the plan is applied and only while the user still has memories, so that an
+    erasure during a run leaves none behind; a dry run does not call it.
     """
 
-    def __init__(self, judge: Judge, store: Any, scope: Scope, now: datetime, *, keep: bool = True) -> None:
-        self.judge, self.store, self.scope, self.now, self.keep = judge, store, scope, now, keep
+    def __init__(self, judge: Judge, store: Any, scope: Scope, now: datetime, *, budget: int) -> None:
+        self.judge, self.store, self.scope, self.now, self.budget = judge, store, scope, now, budget
         self.name = str(getattr(judge, "name", type(judge).__name__))
-        self.asked = self.remembered = self.confirmed = 0
+        self.fresh: dict[str, bool] = {}
+        self.asked = self.remembered = self.unasked = self.confirmed = 0
 
     def pair_id(self, a: str, b: str) -> str:
         ha, hb = sorted(stable_id("text", text) for text in (a, b))
@@ -805,25 +854,35 @@ class RememberedJudge:
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> set[int] | None:
         ids = [self.pair_id(a, b) for a, b in pairs]
-        known = self.store.verdicts(self.scope, ids)
+        known = {**self.store.verdicts(self.scope, ids), **self.fresh}
         unknown = [k for k, pair_id in enumerate(ids) if pair_id not in known]
         same = {k for k, pair_id in enumerate(ids) if known.get(pair_id)}
         self.remembered += len(pairs) - len(unknown)
-        if unknown:
-            self.asked += len(unknown)
-            fresh = self.judge([pairs[k] for k in unknown])
+        ask, self.unasked = unknown[: max(self.budget, 0)], self.unasked + max(len(unknown) - self.budget, 0)
+        if ask:
+            self.budget -= len(ask)
+            self.asked += len(ask)
+            fresh = self.judge([pairs[k] for k in ask])
             if fresh is not None:
-                same |= {unknown[x] for x in fresh if 0 <= x < len(unknown)}
-                if self.keep:
-                    self.store.record_verdicts(
-                        self.scope, {ids[k]: k in same for k in unknown}, self.name, self.now
-                    )
+                same |= {ask[x] for x in fresh if 0 <= x < len(ask)}
+                self.fresh.update({ids[k]: k in same for k in ask})
         self.confirmed += len(same)
         return same
 
+    def keep(self) -> None:
+        """Write this run's new verdicts, if the user still has memories (not erased meanwhile)."""
+        if not self.fresh or not self.store.has_memories(self.scope):
+            return
+        try:
+            self.store.record_verdicts(self.scope, self.fresh, self.name, self.now)
+        except Exception:  # the merges stand; the next run asks again
+            log.warning("could not keep the judge's verdicts for %s/%s", self.scope.org_id, self.scope.user_id,
+                        exc_info=True)
+
     def tally(self) -> dict[str, int]:
-        """Pairs put to the judge, pairs whose verdict was remembered, and pairs found the same."""
-        return {"asked": self.asked, "remembered": self.remembered, "confirmed": self.confirmed}
+        """Pairs put to the judge, whose verdict was remembered, left for a later run, and found the same."""
+        return {"asked": self.asked, "remembered": self.remembered, "unasked": self.unasked,
+                "confirmed": self.confirmed}
 
 
 def build_judge(settings: Settings) -> Judge | None:

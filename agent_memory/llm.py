@@ -195,7 +195,7 @@ class LLMClient:
     def _fail(self, kind: str, message: str) -> UnavailableError:
         self.stats[kind] += 1
         FAILURES[kind] += 1
-        log.warning("LLM extraction failed (%s): %s", kind, message)
+        log.warning("LLM request failed (%s): %s", kind, message)
         return UnavailableError(message, code=kind)
 
     def chat(

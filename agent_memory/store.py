@@ -176,6 +176,18 @@ class MemoryStore(Protocol):
         """Every memory of the scope, any status, without vectors, and their vectors as one matrix."""
         ...
 
+    def has_memories(self, scope: Scope) -> bool:
+        """Whether the user has any memory row (of any status)."""
+        ...
+
+    def verdicts(self, scope: Scope, ids: Sequence[str]) -> dict[str, bool]:
+        """Consolidation's remembered judge verdicts among these pair ids of one user."""
+        ...
+
+    def record_verdicts(self, scope: Scope, verdicts: dict[str, bool], judge: str, at: datetime) -> None:
+        """Remember judge verdicts of one user's pairs (insert-if-absent)."""
+        ...
+
     def acquire_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
         """Take the named lease if free, expired or ours (a conditional write); True if held now."""
         ...

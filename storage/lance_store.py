@@ -548,6 +548,11 @@ class LanceStore:
 
     # -- consolidation's verdicts --------------------------------------------------------------
 
+    def has_memories(self, scope: Scope) -> bool:
+        """Whether the user has any memory row (of any status)."""
+        where = Where().eq("org_id", scope.org_id).eq("user_id", scope.user_id).render()
+        return self._tables[sc.MEMORIES].count_rows(where) > 0
+
     def verdicts(self, scope: Scope, ids: Sequence[str]) -> dict[str, bool]:
         """The remembered verdicts among these pair ids of one user: id -> same fact or not."""
         if not ids:

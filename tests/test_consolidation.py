@@ -15,6 +15,7 @@ from agent_memory.cli import main
 from agent_memory.consolidation import (
     JUDGE_PROMPT,
     SUMMARY_PROMPT,
+    RememberedJudge,
     adds_content,
     apply_plan,
     content_sequence,
@@ -22,6 +23,7 @@ from agent_memory.consolidation import (
     exact_key,
     lexical_agreement,
     names_agree,
+    owned_terms,
     persons,
     plan_user,
     polarity,
@@ -78,20 +80,26 @@ def test_polarity_and_lexical_agreement() -> None:
     assert adds_content(base, sister) and not adds_content(base, often)
     assert content_terms("我现在住在上海浦东") == content_terms("我目前住在上海浦东")
     assert adds_content(content_terms("我住在上海浦东"), content_terms("我父母住在上海浦东"))
-    # Inflection and order are the same terms; a swapped word or a trailing detail is a rewording. Snowball stems: "codes" and "code" agree.
+    # Inflection and order are the same terms (Snowball stems: "codes" and "code" agree); one
+    # word swapped is a rewording; words added, or changed on both sides, a rephrasing.
     def kind(a: str, b: str) -> str | None:
-        return rewording(content_sequence(a), content_sequence(b))
+        return rewording(content_sequence(a), content_sequence(b), owned_terms(a) | owned_terms(b))
 
     assert kind("My dog is called Max", "Max is what my dog was called") == "same"
     assert kind("The user lives in Berlin", "The user lives in Berlin now.") == "same"
     assert kind("The user codes in Emacs", "the user's code is in Emacs") == "same"
     assert kind("My dog is called Max", "My dog is named Max") == "reworded"
-    assert kind("The user works as a nurse", "The user works as a nurse at the city hospital") == "reworded"
-    # A word added before the end is a rephrasing; here it is another person, which `stance` tells.
-    assert kind("The user works as a nurse", "The user's sister works as a nurse") == "rephrased"
+    assert kind("The user works as a nurse", "The user works as a nurse at the city hospital") == "rephrased"
+    assert kind("The user is employed as a teacher", "The user works as a teacher at their company") == "rephrased"
+    # A noun added after a possessive makes it someone else's fact; so does a person (`stance`).
+    assert kind("The user likes tuna", "The user's cat likes tuna") is None
+    assert kind("The user is based in Oslo", "The user's company is based in Oslo") is None
+    assert kind("I am based in Oslo", "My company is based in Oslo") is None
     assert stance("The user works as a nurse") != stance("The user's sister works as a nurse")
+    # Sharing only the subject is sharing nothing.
+    assert kind("The user likes tea", "The user drives a bus") is None
     assert content_sequence("My family lives in Italy, mostly") == ["famili", "live", "itali"]
-    assert kind("My dog is called Max", "My cat is named Bob") is None  # two words swapped
+    assert kind("My dog is called Max", "My cat is named Bob") is None  # nothing shared
     assert kind("I am", "I do yoga") is None  # nothing to elaborate on
     assert content_sequence("the user's咖啡") == ["user", "咖", "啡"]
     assert "emili" in content_sequence("我的朋友Emily喜欢咖啡")
@@ -107,6 +115,12 @@ def test_stance_people_and_names() -> None:
     assert persons("The user works as a product manager") == set()
     assert persons("The user's manager speaks Vietnamese") == {"manager"}
     assert persons("别人的狗叫旺财") == {"别人"} and not polarity("别人的狗叫旺财")
+    assert persons("The user's ex-wife lives in Oslo") == {"wife"}
+    assert persons("我会弹吉他") == set() and not polarity("我住在非洲") and not polarity("我想买戒指")
+    assert polarity("The user seldom eats meat") and not polarity("The user eats meat")
+    # Ordinary phrases are not plans: going to a place, thinking of ideals.
+    assert stance("The user is going to the gym on Mondays") == stance("The user goes to the gym on Mondays")
+    assert stance("我的理想是当老师") == stance("我是老师") and stance("我想当老师") != stance("我是老师")
     # Plans and past habits are other facts; two wordings of a plan agree.
     assert stance("The user used to have a Pixel phone") != stance("The user has a Pixel phone")
     assert stance("我打算去日本旅游") == stance("我计划去日本旅行") != stance("我去日本旅游")
@@ -116,6 +130,9 @@ def test_stance_people_and_names() -> None:
     assert not names_agree("The user uses a Pixel 8 phone", "The user uses a Pixel 7 phone")
     assert not names_agree("The user's blood type is AB-", "The user's blood type is AB+")
     assert names_agree("The user is on a gluten-free diet", "The user eats gluten-free")
+    # A Latin name inside Chinese text counts; a sentence in capitals names nothing by its capitals.
+    assert not names_agree("我喜欢用Python", "我喜欢用Go") and names_agree("我喜欢用Python", "我最喜欢Python")
+    assert names_agree("THE USER LIKES TEA", "The user likes tea")
     assert exact_key("The user's blood type is AB-.") != exact_key("The user's blood type is AB+.")
     assert exact_key("My dog is called Max!") == exact_key("my dog is called max")
     assert rewording(content_sequence("The user codes in Emacs"), content_sequence("The user writes code in Emacs")) == (
@@ -453,19 +470,42 @@ def test_an_llm_judges_the_near_misses_the_rules_refuse(make_service: Any, clock
 def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock: Clock) -> None:
     texts = ["我最喜欢吃川菜", "川菜是我最喜欢的菜", "My dog is called Max", "My dog is named Max"]
     with scripted_llm() as llm:
-        # The judge answers prose, then a pair number that does not exist; summaries work.
-        verdicts = iter(["They look the same to me.", json.dumps({"same": [7]})])
+        # The judge answers prose, then a pair that was not asked about, then JSON without its
+        # field, then a verdict (no pair is the same); summaries work.
+        verdicts = iter(["They look the same to me.", json.dumps({"same": [7]}), "{}", json.dumps({"same": []})])
         llm.respond = lambda body: next(verdicts) if body["messages"][0]["content"] == JUDGE_PROMPT else _judge_reply(body)
         service = make_service(clock=clock, **_llm_settings(llm))
         service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts])
-        runs = [_run(service, clock) for _ in range(3)]
+        runs = [_run(service, clock) for _ in range(5)]
     assert runs[0]["clusters"] == 1 and runs[0]["errors"] == []
-    # Prose is no verdict: nothing is kept, and the next run asks again; a number out of range
-    # is a verdict that no pair is the same, and is kept.
-    assert [r["judged"] for r in runs] == [{"asked": 1, "remembered": 0, "confirmed": 0},
-                                           {"asked": 1, "remembered": 0, "confirmed": 0},
-                                           {"asked": 0, "remembered": 1, "confirmed": 0}]
-    assert [r["clusters"] for r in runs[1:]] == [0, 0]
+    # No verdict is kept until one is usable; the next run asks again. Then it is remembered.
+    assert [r["judged"]["asked"] for r in runs] == [1, 1, 1, 1, 0]
+    assert [r["judged"]["remembered"] for r in runs] == [0, 0, 0, 0, 1]
+    assert [r["clusters"] for r in runs[1:]] == [0, 0, 0, 0]
+
+
+def test_verdicts_are_not_kept_for_a_user_erased_during_the_run(service: MemoryService, clock: Clock) -> None:
+    service.add_many("acme", [{"user_id": "alice", "content": t} for t in ("我最喜欢吃川菜", "川菜是我最喜欢的菜")])
+    judge = RememberedJudge(lambda pairs: {0}, service.store, U, clock(), budget=10)
+    assert judge([("我最喜欢吃川菜", "川菜是我最喜欢的菜")]) == {0}
+    service.store.erase_user("acme", "alice")  # between the question and the end of the user's plan
+    judge.keep()
+    assert service.store.verdicts(U, [judge.pair_id("我最喜欢吃川菜", "川菜是我最喜欢的菜")]) == {}
+    assert service.store.table("verdicts").count_rows() == 0
+
+
+def test_the_judge_budget_carries_over_to_the_next_run(make_service: Any, clock: Clock) -> None:
+    with scripted_llm() as llm:
+        llm.respond = _judge_reply
+        service = make_service(clock=clock, consolidation_judge_max_pairs=1, **_llm_settings(llm))
+        service.add_many("acme", [{"user_id": "alice", "content": t} for t in FACTS])
+        runs = [_run(service, clock) for _ in range(4)]
+    # One question a run: the near misses left over wait for the next run, and merges follow.
+    assert [r["judged"]["asked"] for r in runs][:2] == [1, 1] and runs[0]["judged"]["unasked"] >= 1
+    assert sum(r["clusters"] for r in runs) == 2 and runs[-1]["clusters"] == 0
+    assert runs[-1]["judged"]["asked"] == 0 and runs[-1]["judged"]["unasked"] == 0
+
+
     off = make_service(clock=clock, consolidation_llm_judge=False, **_llm_settings(llm))
     assert "judged" not in _run(off, clock, user_id="alice", org_id="acme")
 

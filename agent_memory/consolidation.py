@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import zip_longest
+from itertools import combinations, zip_longest
 from typing import Any
 
 import numpy as np
@@ -281,10 +281,10 @@ def rewording(a: Sequence[str], b: Sequence[str], owned: frozenset[str] = frozen
         return "same"
     if len(sa - sb) == len(sb - sa) == 1:
         return "reworded"
-    if sa and sb and (sa < sb or sb < sa):
-        added = (sb - sa) if sa < sb else (sa - sb)
-        return None if added & owned or not (sa & sb) - _SUBJECT_TERMS else "rephrased"
-    return "rephrased" if (sa & sb) - _SUBJECT_TERMS else None
+    shared = (sa & sb) - _SUBJECT_TERMS
+    if not shared or (sa < sb and (sb - sa) & owned) or (sb < sa and (sa - sb) & owned):
+        return None
+    return "rephrased"
 
 
 _POSSESSIVE = re.compile(r"(?:'s|\bmy|\bour)\s+([^\W_]+)")
@@ -445,14 +445,11 @@ def _links(
     # some lexical agreement; the judge reads the language the model cannot.
     lexical_bar = settings.consolidation_judge_lexical_similarity
     lexical_misses: list[NearMiss] = []
-    for i in (k for k in range(n) if unreadable[k]):
-        for j in range(n):
-            if (j > i or not unreadable[j]) and j != i:
-                a, b = min(i, j), max(i, j)
-                if b not in links[a] and contents[a] & contents[b] and agree(a, b):
-                    similarity = lexical_agreement(stripped[a], stripped[b])
-                    if similarity >= lexical_bar:
-                        lexical_misses.append((similarity, a, b))
+    for i, j in combinations(range(n) if any(unreadable) else (), 2):
+        if (unreadable[i] or unreadable[j]) and j not in links[i] and contents[i] & contents[j] and agree(i, j):
+            similarity = lexical_agreement(stripped[i], stripped[j])
+            if similarity >= lexical_bar:
+                lexical_misses.append((similarity, i, j))
     ranked = [sorted(kind, key=lambda m: (-m[0], m[1], m[2])) for kind in (cosine_misses, lexical_misses)]
     return links, [m for pair in zip_longest(*ranked) for m in pair if m is not None]
 

@@ -23,6 +23,7 @@ class AccessRecorder:
         self._interval = interval
         self._max_rows = max_rows
         self._pending: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._size = 0  # distinct ids pending, kept as they come rather than summed on every hit
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
@@ -33,16 +34,18 @@ class AccessRecorder:
         """Count one access of each memory; cheap and lock-short."""
         with self._lock:
             bucket = self._pending[(org_id, user_id)]
+            before = len(bucket)
             for memory_id in memory_ids:
                 bucket[memory_id] += 1
-            size = sum(len(b) for b in self._pending.values())
+            self._size += len(bucket) - before
+            size = self._size
         if size >= self._max_rows:
             self._wake.set()
 
     def discard_user(self, org_id: str, user_id: str) -> None:
         """Drop a user's pending updates (their data is being erased)."""
         with self._lock:
-            self._pending.pop((org_id, user_id), None)
+            self._size -= len(self._pending.pop((org_id, user_id), {}))
 
     def discard(self, org_id: str, memory_ids: Iterable[str]) -> None:
         """Drop pending updates of memories that were deleted or merged."""
@@ -52,17 +55,19 @@ class AccessRecorder:
                 if org == org_id:
                     for memory_id in ids & bucket.keys():
                         del bucket[memory_id]
+                        self._size -= 1
 
     def pending(self) -> int:
         """How many memory ids wait to be flushed."""
         with self._lock:
-            return sum(len(b) for b in self._pending.values())
+            return self._size
 
     def flush(self) -> int:
         """Write every pending count now, one batch per org; return the rows updated."""
         with self._flush_lock:
             with self._lock:
                 pending, self._pending = self._pending, defaultdict(lambda: defaultdict(int))
+                self._size = 0
             by_org: dict[str, dict[str, int]] = defaultdict(dict)
             for (org_id, _user), bucket in pending.items():
                 by_org[org_id].update(bucket)

@@ -84,6 +84,7 @@ class Settings(BaseSettings):
     writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
     # seconds between the writer's upkeep of recent fragments (LanceStore.fold_new_rows; 0: never)
     writer_upkeep_seconds: float = Field(default=2.0, ge=0)
+    writer_fold_commits: int = Field(default=4, ge=1)  # the writer's commits that bring the upkeep forward
     writer_reindex_rows: int = Field(default=5_000, ge=1)  # uncovered rows that make the upkeep update the indexes
     max_body_bytes: int = Field(default=2_000_000, ge=1_024)
     rate_limit_per_minute: int = Field(default=0, ge=0)  # per API key and ingress replica; 0 = off

@@ -164,7 +164,7 @@ class MemoryStore(Protocol):
         """Compact fragments, refresh indexes, and clean versions older than the retention window."""
         ...
 
-    def fold_new_rows(self, *, reindex_rows: int) -> dict[str, int]:
+    def fold_new_rows(self, *, reindex_rows: int, tables: Sequence[str] = ("memories",)) -> dict[str, int]:
         """Compact the small fragments recent commits left, and index them once `reindex_rows` pile up."""
         ...
 

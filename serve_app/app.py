@@ -188,21 +188,22 @@ class WriterDeployment:
         self._commit_rows = metrics.commit_rows()
         self._retries = metrics.commit_retries()
         self._loop_task: asyncio.Task[None] | None = None
-        self._resumed = False
         self._commits_since_optimize = 0
         self._concurrent = True
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize")
         self._optimizing = threading.Lock()
         self._stopping = threading.Event()
+        self._fold_due = threading.Event()
+        self._commits_since_fold = 0
         if settings.writer_upkeep_seconds > 0:
             threading.Thread(target=self._upkeep, name="upkeep", daemon=True).start()
+        # Conversation jobs a previous replica left unfinished are queued again now, not on the
+        # first write: starting the scheduler actor takes seconds of CPU.
+        self._resuming = asyncio.get_running_loop().create_task(self._resume_jobs())
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._drain())
-        if not self._resumed:
-            self._resumed = True
-            asyncio.get_running_loop().create_task(self._resume_jobs())
 
     async def _submit(self, op: _Operation) -> Any:
         self._ensure_loop()
@@ -269,6 +270,9 @@ class WriterDeployment:
         self._retries.set(lance_store.commit_retries)
         self._writes.inc(sum(len(op.records) for op in batch))
         self._commits_since_optimize += 1
+        self._commits_since_fold += 1
+        if self._commits_since_fold >= self._settings.writer_fold_commits:
+            self._fold_due.set()  # the upkeep folds the new fragments now rather than at its next tick
         if self._commits_since_optimize >= self._settings.writer_optimize_every and not self._optimizing.locked():
             # Each commit adds a small fragment that indexes do not cover yet; folding them in
             # keeps id lookups and searches from slowing down as writes accumulate. It takes a
@@ -286,20 +290,24 @@ class WriterDeployment:
                 log.exception("periodic optimize failed; writes continue")
 
     def _upkeep(self) -> None:
-        """Every `writer_upkeep_seconds`, compact the small fragments that recent commits left
-        outside the indexes (this replica's writes, the ingress replicas' access-count flushes)
-        and index them once `writer_reindex_rows` pile up (LanceStore.fold_new_rows). Between
-        compactions (every `writer_optimize_every` commits) searches would otherwise open and
-        scan a growing pile of them."""
-        table, seen = self._service.store.table("memories"), None
-        while not self._stopping.wait(self._settings.writer_upkeep_seconds):
-            if not self._optimizing.acquire(blocking=False):
-                continue  # a compaction or an erasure is running
+        """Every `writer_upkeep_seconds`, or sooner after `writer_fold_commits` commits, fold the
+        small fragments that recent commits left outside the indexes (this replica's writes and
+        their audit events, the ingress replicas' access-count flushes) and index them once
+        `writer_reindex_rows` pile up (LanceStore.fold_new_rows). Searches, id lookups and the
+        next write's insert-if-absent would otherwise open and scan each of them."""
+        tables = ("memories", "events")
+        store, seen = self._service.store, None
+        while not self._stopping.is_set():
+            self._fold_due.wait(self._settings.writer_upkeep_seconds)
+            self._fold_due.clear()
+            self._commits_since_fold = 0
+            if self._stopping.is_set() or not self._optimizing.acquire(blocking=False):
+                continue  # stopping, or a compaction or an erasure is running
             try:
-                version = table.version
-                if version != seen:
-                    self._service.store.fold_new_rows(reindex_rows=self._settings.writer_reindex_rows)
-                    seen = table.version
+                versions = [store.table(name).version for name in tables]
+                if versions != seen:
+                    store.fold_new_rows(reindex_rows=self._settings.writer_reindex_rows, tables=tables)
+                    seen = [store.table(name).version for name in tables]
             except Exception as exc:  # noqa: BLE001 - a commit conflict or a storage hiccup: next round
                 log.warning("fragment upkeep failed, tried again in %.0f s: %s", self._settings.writer_upkeep_seconds, exc)
             finally:
@@ -314,6 +322,7 @@ class WriterDeployment:
 
     def __del__(self) -> None:
         self._stopping.set()
+        self._fold_due.set()
 
     async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:
         """Validate and redact now; commit with whatever else arrives in the same window."""

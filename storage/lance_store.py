@@ -46,8 +46,10 @@ DISPLAY_COLUMNS = [
     "created_at", "source_ids", "metadata",
 ]
 # A per-user scan reads what fusion needs and what a hit shows: once the user's rows are found,
-# more columns of them cost little next to a second query.
-SCAN_COLUMNS = sorted({*CANDIDATE_COLUMNS, *DISPLAY_COLUMNS, "keywords"})
+# more columns of them cost little next to a second query. Not the org and user: the filter fixes
+# both, and each column read costs about 0.3 ms however few its rows.
+SCOPE_COLUMNS = ("org_id", "user_id")
+SCAN_COLUMNS = sorted({*CANDIDATE_COLUMNS, *DISPLAY_COLUMNS, "keywords"} - set(SCOPE_COLUMNS))
 _FTS = FTS(base_tokenizer="whitespace", lower_case=True, stem=True, remove_stop_words=False, ascii_folding=True)
 INDEXES: dict[str, list[tuple[str, Any]]] = {
     sc.MEMORIES: [
@@ -61,6 +63,9 @@ INDEXES: dict[str, list[tuple[str, Any]]] = {
 }
 # Users found to hold more rows than the in-process scan takes; they go to Lance's searches.
 LARGE_SCOPES_KEPT = 10_000
+# fold_new_rows: an older uncovered fragment joins a fold while it holds at most this many times
+# the rows of the newer ones taken so far.
+FOLD_RATIO = 4
 _RETRIES = 6
 # Commit conflicts retried in this process, for the serving layer's metrics.
 commit_retries = 0
@@ -307,7 +312,10 @@ class LanceStore:
         version = table.version  # honours the read-consistency interval: sees other writers
         with self._snapshot_lock:
             if self._snapshot_ds is None or self._snapshot_version != version:
-                dataset = table.to_lance()
+                # Checked out from the previous snapshot, the new version shares its caches (index
+                # pages, metadata): a freshly opened dataset's first query costs about 1 ms more.
+                previous = self._snapshot_ds
+                dataset = table.to_lance() if previous is None else previous.checkout_version(version)
                 # A re-embedding may have switched the table to another model under a running server.
                 recorded = (dataset.schema.metadata or {}).get(sc.MODEL_KEY, b"").decode()
                 if recorded and recorded != self.embedding_model:
@@ -354,7 +362,8 @@ class LanceStore:
                     live = pc.or_kleene(pc.is_null(expires), pc.greater(expires, pa.scalar(recall_filter.now, expires.type)))
                     result = result.filter(live)
                 dense, lexical = _scanned_candidates(result, vector, query_terms, dense_limit, keyword_limit)
-                return Retrieved(dense, lexical, lambda ids: _display_records(result, ids))
+                owner = {"org_id": scope.org_id, "user_id": scope.user_id}
+                return Retrieved(dense, lexical, lambda ids: _display_records(result, ids, owner))
             with self._snapshot_lock:
                 self._large_scopes[key] = None
                 if len(self._large_scopes) > LARGE_SCOPES_KEPT:
@@ -609,43 +618,53 @@ class LanceStore:
             report[name]["after"] = self._table_shape(name)
         return report
 
-    def fold_new_rows(self, *, reindex_rows: int) -> dict[str, int]:
-        """Keep per-user reads fast between full optimizations, cheaply.
+    def fold_new_rows(self, *, reindex_rows: int, tables: Sequence[str] = (sc.MEMORIES,)) -> dict[str, int]:
+        """Keep id lookups and per-user reads fast between full optimizations, cheaply.
 
         Every commit (a write, an access-count flush) leaves a small fragment that no index
-        covers, and every per-user search and id lookup opens and scans each such fragment. At
-        200k memories a user's scan took 3 ms on a compacted table and 16 ms with 50 one-row
-        fragments written since (26 ms of CPU). So:
-        1. Two or more uncovered fragments are compacted into one. Only their own rows are
-           rewritten (40-60 ms for 50 fragments), and the scan is back at 4.6 ms, 4.9 ms with
-           3,000 uncovered rows in that one fragment.
+        covers, and every per-user search, id lookup and insert-if-absent opens and scans each
+        such fragment: about 0.3 ms apiece. At 200k memories a user's scan took 3 ms on a
+        compacted table and 16 ms with 50 one-row fragments written since (26 ms of CPU); an
+        insert-if-absent took 4 ms with one of them and 12 ms with 31. So, for each table:
+        1. The newest uncovered fragments are compacted into one, oldest last, as long as the
+           next older one holds at most `FOLD_RATIO` times the rows taken so far. Each fold
+           rewrites little more than what is new, and the uncovered fragments stay few (a
+           handful of growing sizes), however often it runs.
         2. Once `reindex_rows` rows are uncovered, the scalar indexes are updated to cover them.
            Lance rewrites each index to do that (0.2 s and 7 MB at 200k rows, five times that at
            1M), so it is not done for every few rows. The full-text index, which only wide
            scopes use, waits for `optimize`.
-        Returns the fragments compacted and the rows indexed (both 0 when nothing was committed).
+        Returns the fragments compacted and the rows indexed, summed over the tables (both 0
+        when nothing was committed).
         """
-        dataset = self._tables[sc.MEMORIES].to_lance()
-        covered: dict[str, set[int]] = defaultdict(set)
-        for index in dataset.list_indices():  # one entry per index segment
-            if index["type"] != "Inverted" and not index["name"].startswith("__"):
-                covered[index["name"]].update(index["fragment_ids"])
-        fragments = {f.fragment_id for f in dataset.get_fragments()}
-        everywhere = set.intersection(*covered.values()) if covered else fragments
-        uncovered = fragments - everywhere
         done = {"fragments_compacted": 0, "rows_indexed": 0}
-        if len(uncovered) >= 2:
-            metrics = dataset.optimize.compact_files(
-                excluded_fragment_ids=sorted(fragments - uncovered), materialize_deletions=False
-            )
-            done["fragments_compacted"] = metrics.fragments_removed
-            dataset = self._tables[sc.MEMORIES].to_lance()
-            fragments = {f.fragment_id for f in dataset.get_fragments()}
-            uncovered = fragments - everywhere
-        rows = sum(dataset.get_fragment(i).count_rows() for i in uncovered)
-        if uncovered and rows >= reindex_rows:
-            dataset.optimize.optimize_indices(index_names=sorted(n for n, ids in covered.items() if fragments - ids))
-            done["rows_indexed"] = rows
+        for name in tables:
+            table = self._tables[name]
+            dataset = table.to_lance()
+            covered: dict[str, set[int]] = defaultdict(set)
+            for index in dataset.list_indices():  # one entry per index segment
+                if index["type"] != "Inverted" and not index["name"].startswith("__"):
+                    covered[index["name"]].update(index["fragment_ids"])
+            rows = {f.fragment_id: f.metadata.physical_rows for f in dataset.get_fragments()}
+            everywhere = set.intersection(*covered.values()) if covered else set(rows)
+            uncovered = sorted(set(rows) - everywhere)
+            run: list[int] = []
+            for fragment in reversed(uncovered):
+                if run and rows[fragment] > FOLD_RATIO * sum(rows[f] for f in run):
+                    break
+                run.append(fragment)
+            if len(run) >= 2:
+                metrics = dataset.optimize.compact_files(
+                    excluded_fragment_ids=sorted(set(rows) - set(run)), materialize_deletions=False
+                )
+                done["fragments_compacted"] += metrics.fragments_removed
+                dataset = table.to_lance()
+                rows = {f.fragment_id: f.metadata.physical_rows for f in dataset.get_fragments()}
+            uncovered = sorted(set(rows) - everywhere)
+            pending = sum(rows[f] for f in uncovered)
+            if uncovered and pending >= reindex_rows:
+                dataset.optimize.optimize_indices(index_names=sorted(n for n, ids in covered.items() if set(rows) - ids))
+                done["rows_indexed"] += pending
         return done
 
     def cluster(self, *, attempts: int = 3) -> dict[str, int]:
@@ -728,12 +747,14 @@ class LanceStore:
         return [int(v["version"]) for v in self._tables[name].list_versions()]
 
 
-def _display_records(result: pa.Table, ids: Sequence[str]) -> list[MemoryRecord]:
-    """The display records of `ids` among a scan's rows."""
+def _display_records(result: pa.Table, ids: Sequence[str], owner: dict[str, str]) -> list[MemoryRecord]:
+    """The display records of `ids` among one user's scanned rows (`owner`: their org and user)."""
     if not ids:
         return []
-    wanted = result.filter(pc.is_in(result.column("id"), pa.array(list(ids), pa.string())))
-    return [sc.memory_record(r) for r in wanted.select(DISPLAY_COLUMNS).to_pylist()]
+    wanted = set(ids)
+    rows = [i for i, memory_id in enumerate(result.column("id").to_pylist()) if memory_id in wanted]
+    shown = [c for c in DISPLAY_COLUMNS if c not in owner]
+    return [sc.memory_record({**row, **owner}) for row in result.select(shown).take(rows).to_pylist()]
 
 
 def _in_owner_order(keys: pa.Table) -> bool:
@@ -749,16 +770,21 @@ def _scanned_candidates(
     """Score a scope's scanned rows by cosine and by BM25 and keep each retriever's best."""
     if result.num_rows == 0:
         return [], []
-    cols = {name: result.column(name).to_pylist() for name in CANDIDATE_COLUMNS}
+    importance = result.column("importance").to_numpy()
+    oov = result.column("oov").to_numpy()
 
     def pick(scores: np.ndarray, limit: int, keep: np.ndarray) -> list[Candidate]:
         order = np.flatnonzero(keep)
         if len(order) > limit:
             order = order[np.argpartition(-scores[order], limit - 1)[:limit]]
+        order = order[np.argsort(-scores[order], kind="stable")]
+        # Only the kept rows become Python objects (timestamps especially are slow to convert).
+        taken = result.select(["id", "created_at"]).take(order)
         return [
-            Candidate(cols["id"][i], float(scores[i]), cols["created_at"][i], float(cols["importance"][i]),
-                      float(cols["oov"][i]))
-            for i in order[np.argsort(-scores[order], kind="stable")]
+            Candidate(memory_id, float(scores[i]), created, float(importance[i]), float(oov[i]))
+            for i, memory_id, created in zip(
+                order, taken.column("id").to_pylist(), taken.column("created_at").to_pylist(), strict=True
+            )
         ]
 
     dense: list[Candidate] = []

@@ -129,3 +129,35 @@ def test_new_rows_are_compacted_then_indexed_and_no_answer_changes(service: Memo
     assert stale.pop("keywords_idx") == 4 and set(stale.values()) == {0}
     assert answers() == before and store.table("memories").count_rows() == rows
     assert store.fold_new_rows(reindex_rows=1) == {"fragments_compacted": 0, "rows_indexed": 0}
+
+
+def test_folds_rewrite_little_more_than_what_is_new(service: MemoryService) -> None:
+    store = service.store
+    service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS])
+    store.optimize()
+
+    def uncovered(name: str) -> list[int]:
+        dataset = store.table(name).to_lance()
+        covered = set.intersection(*(set(i["fragment_ids"]) for i in dataset.list_indices() if i["type"] != "Inverted"))
+        return [f.metadata.physical_rows for f in dataset.get_fragments() if f.fragment_id not in covered]
+
+    service.add_many("acme", [{"user_id": "u1", "content": f"batch note {i}"} for i in range(10)])
+    service.add("acme", {"user_id": "u1", "content": "first single"})
+    assert uncovered("memories") == [10, 1]
+    # Ten rows are more than four times the one new row: nothing worth a rewrite yet.
+    assert store.fold_new_rows(reindex_rows=100)["fragments_compacted"] == 0
+    service.add("acme", {"user_id": "u1", "content": "second single"})
+    # The two singles fold together; the ten-row fragment (over 4x their two rows) is left alone.
+    assert store.fold_new_rows(reindex_rows=100) == {"fragments_compacted": 2, "rows_indexed": 0}
+    assert uncovered("memories") == [10, 2]
+    service.add("acme", {"user_id": "u1", "content": "third single"})
+    # 1 new row, then 2 (at most 4x), then 10 (at most 4x the 3 taken): all of it in one fold.
+    assert store.fold_new_rows(reindex_rows=100)["fragments_compacted"] == 3
+    assert uncovered("memories") == [13]
+    # The audit trail's fragments fold the same way when asked for.
+    events = len(uncovered("events"))
+    assert events >= 2
+    assert store.fold_new_rows(reindex_rows=100, tables=("events",))["fragments_compacted"] >= 2
+    assert len(uncovered("events")) < events
+    hits = service.recall("acme", {"user_id": "u1", "query": "second single"}).memories
+    assert hits[0].content == "second single"

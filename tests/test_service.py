@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from agent_memory.access import AccessRecorder
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
 from agent_memory.models import NewMemory, Scope
 from agent_memory.service import MemoryService
@@ -185,6 +187,27 @@ def test_access_is_deferred_and_never_resurrects(service: MemoryService) -> None
     with pytest.raises(NotFoundError):
         service.get(U, gone)
     assert service.store.table("memories").count_rows() == 1
+
+
+def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() -> None:
+    flushed: list[dict[str, int]] = []
+    recorder = AccessRecorder(lambda org, counts, at: flushed.append(dict(counts)) or len(counts),
+                              lambda: datetime(2026, 1, 1, tzinfo=timezone.utc), interval=3600, max_rows=4)
+    recorder.record("acme", "u1", ["a", "b"])
+    recorder.record("acme", "u1", ["a"])  # a second hit of a pending id is not another row
+    recorder.record("acme", "u2", ["c"])
+    assert recorder.pending() == 3
+    recorder.discard("acme", ["b", "missing"])
+    assert recorder.pending() == 2
+    recorder.discard_user("acme", "u2")
+    assert recorder.pending() == 1
+    recorder.start()
+    recorder.record("acme", "u3", ["d", "e", "f"])  # four pending: the cap wakes the flush
+    deadline = time.monotonic() + 10
+    while not flushed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    recorder.close()
+    assert flushed[0] == {"a": 2, "d": 1, "e": 1, "f": 1} and recorder.pending() == 0
 
 
 def test_other_embedding_model_is_a_clear_error(service: MemoryService, settings) -> None:

@@ -11,7 +11,8 @@ from datetime import datetime
 
 log = logging.getLogger(__name__)
 
-FlushFn = Callable[[str, dict[str, int], datetime], int]
+# (org, {user: {memory id: hits}}, time of the flush) -> rows written
+FlushFn = Callable[[str, dict[str, dict[str, int]], datetime], int]
 
 
 class AccessRecorder:
@@ -63,14 +64,15 @@ class AccessRecorder:
             return self._size
 
     def flush(self) -> int:
-        """Write every pending count now, one batch per org; return the rows updated."""
+        """Write every pending count now, one batch per org; return the rows written."""
         with self._flush_lock:
             with self._lock:
                 pending, self._pending = self._pending, defaultdict(lambda: defaultdict(int))
                 self._size = 0
-            by_org: dict[str, dict[str, int]] = defaultdict(dict)
-            for (org_id, _user), bucket in pending.items():
-                by_org[org_id].update(bucket)
+            by_org: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+            for (org_id, user_id), bucket in pending.items():
+                if bucket:
+                    by_org[org_id][user_id] = dict(bucket)
             updated = 0
             at = self._clock()
             for org_id, counts in by_org.items():

@@ -325,7 +325,23 @@ class MemoryService:
     # -- reading and changing one memory -------------------------------------------------------
 
     def get(self, scope: Scope, memory_id_: str, *, with_vector: bool = False) -> MemoryRecord:
-        """One memory of the scope; the id may be the stored id or the client id it was written with."""
+        """One memory of the scope, with the recall hits logged since the last fold counted in; the
+        id may be the stored id or the client id it was written with."""
+        return self._with_pending_access(scope, [self._stored(scope, memory_id_, with_vector=with_vector)])[0]
+
+    def _with_pending_access(self, scope: Scope, records: list[MemoryRecord]) -> list[MemoryRecord]:
+        """Records as shown: stored access counts plus the hits still in the access log (the rows
+        themselves are not changed, so writing a record back never counts its hits twice)."""
+        pending = self.store.pending_access(scope, [r.id for r in records])
+        for record in records:
+            if record.id in pending:
+                hits, last = pending[record.id]
+                record.access_count += hits
+                record.last_accessed_at = max(last, record.last_accessed_at or last)
+        return records
+
+    def _stored(self, scope: Scope, memory_id_: str, *, with_vector: bool = False) -> MemoryRecord:
+        """One memory of the scope as stored (what changes to it start from)."""
         check_identifier("memory id", memory_id_)
         candidates = [memory_id_]
         if scope.user_id is not None:
@@ -341,7 +357,9 @@ class MemoryService:
             raise InvalidInputError("limit must be between 1 and 1000")
         if status not in (None, "active", "superseded", "expired"):
             raise InvalidInputError("status must be active, superseded, expired or all")
-        return self.store.list_memories(scope, limit=limit, cursor=cursor, status=status)
+        page = self.store.list_memories(scope, limit=limit, cursor=cursor, status=status)
+        self._with_pending_access(scope, page.records)
+        return page
 
     def update(self, scope: Scope, memory_id_: str, patch: MemoryPatch | dict[str, Any], *, actor: str = "api") -> MemoryRecord:
         """Change a memory in place (content re-embedded) and record the change."""
@@ -349,7 +367,7 @@ class MemoryService:
         fields = change.model_dump(exclude_unset=True)
         if not fields:
             raise InvalidInputError("nothing to change: give content, memory_type, importance, metadata or expires_at")
-        current = self.get(scope, memory_id_, with_vector=True)
+        current = self._stored(scope, memory_id_, with_vector=True)
         updated = current.model_copy(deep=True)
         if "content" in fields and fields["content"] is not None:
             if len(fields["content"]) > self.settings.max_content_chars:
@@ -375,11 +393,11 @@ class MemoryService:
         after = {k: _jsonable(getattr(updated, k)) for k in changed}
         self.store.append_events(scope.org_id, [self._event(updated, "updated", actor, before=before, after=after)])
         updated.vector = None
-        return updated
+        return self._with_pending_access(scope, [updated])[0]
 
     def delete(self, scope: Scope, memory_id_: str, *, actor: str = "api") -> None:
         """Delete one memory and record that it was deleted (the event keeps no content)."""
-        current = self.get(scope, memory_id_)
+        current = self._stored(scope, memory_id_)
         if not self.store.delete_memories(scope, [current.id]):
             raise NotFoundError(f"memory {memory_id_} not found")
         self.access.discard(scope.org_id, [current.id])

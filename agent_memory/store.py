@@ -6,7 +6,7 @@ without saying whose data it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -124,8 +124,16 @@ class MemoryStore(Protocol):
         """BM25 over the keyword terms inside the prefiltered scope; score is BM25."""
         ...
 
-    def record_access(self, org_id: str, counts: dict[str, int], at: datetime) -> int:
-        """Add access counts to rows that still exist and are active; never inserts."""
+    def record_access(self, org_id: str, counts: Mapping[str, Mapping[str, int]], at: datetime) -> int:
+        """Log one flush of recall hits ({user: {memory id: hits}}); memory rows are not touched."""
+        ...
+
+    def pending_access(self, scope: Scope, ids: Sequence[str] | None = None) -> dict[str, tuple[int, datetime]]:
+        """Hits logged since the last fold, per memory of the scope: (count, last hit)."""
+        ...
+
+    def fold_access(self, org_id: str | None = None, user_id: str | None = None) -> int:
+        """Add logged hits to active memory rows and drop them from the log; return the rows updated."""
         ...
 
     def append_events(self, org_id: str, events: Sequence[MemoryEvent]) -> None:

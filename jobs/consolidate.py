@@ -150,6 +150,11 @@ def run_consolidation(
     if not dry_run:
         store.put_job(job["org_id"], job)
     try:
+        if not dry_run:
+            # Recall hits logged since the last run become part of the rows first: expiry reads
+            # when a memory was last used, and merges add up the counts. The rows this rewrites
+            # are put back in order with the rest at the end of the run.
+            report["access_folded"] = store.fold_access(org_id, user_id)
         ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
         stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
                   else _in_process(owners, settings, now, dry_run))

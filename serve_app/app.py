@@ -292,10 +292,10 @@ class WriterDeployment:
     def _upkeep(self) -> None:
         """Every `writer_upkeep_seconds`, or sooner after `writer_fold_commits` commits, fold the
         small fragments that recent commits left outside the indexes (this replica's writes and
-        their audit events, the ingress replicas' access-count flushes) and index them once
+        their audit events, the ingress replicas' access-log flushes) and index them once
         `writer_reindex_rows` pile up (LanceStore.fold_new_rows). Searches, id lookups and the
         next write's insert-if-absent would otherwise open and scan each of them."""
-        tables = ("memories", "events")
+        tables = ("memories", "events", "access")
         store, seen = self._service.store, None
         while not self._stopping.is_set():
             self._fold_due.wait(self._settings.writer_upkeep_seconds)

@@ -16,7 +16,9 @@ EVENTS = "events"
 JOBS = "jobs"
 # Consolidation's remembered LLM verdicts on pairs of memories (no text: hashes of it).
 VERDICTS = "verdicts"
-TABLES = (MEMORIES, MESSAGES, EVENTS, JOBS, VERDICTS)
+# Recall's hit counts, appended by the serving replicas and folded into `memories` by consolidation.
+ACCESS = "access"
+TABLES = (MEMORIES, MESSAGES, EVENTS, JOBS, VERDICTS, ACCESS)
 # The org of rows that belong to no tenant (run leases); no API key ever maps to it.
 SYSTEM_ORG = "__system__"
 
@@ -116,6 +118,19 @@ VERDICTS_SCHEMA = pa.schema(
         pa.field("judge", pa.string(), nullable=False),
         pa.field("same", pa.bool_(), nullable=False),
         pa.field("judged_at", _TS, nullable=False),
+    ]
+)
+
+# One row per memory hit in one flush of one replica: appended, never updated, so counting a
+# recall never rewrites a memory row (and never scatters a user's rows across fragments).
+ACCESS_SCHEMA = pa.schema(
+    [
+        pa.field("org_id", pa.string(), nullable=False),
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("memory_id", pa.string(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+        pa.field("at", _TS, nullable=False),
+        pa.field("flush_id", pa.string(), nullable=False),
     ]
 )
 

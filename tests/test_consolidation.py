@@ -207,7 +207,7 @@ def test_merge_unions_sources_and_sums_access(service: MemoryService, clock: Clo
                              "source_ids": ["m1"]})
     b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max", "importance": 0.2,
                              "source_ids": ["m2"]})
-    service.store.record_access("acme", {a: 2, b: 3}, clock())
+    service.store.record_access("acme", {"alice": {a: 2, b: 3}}, clock())
     _run(service, clock)
     rows = _all(service)
     survivor = rows[a]  # the more important one stands for both
@@ -306,7 +306,7 @@ def test_decay_applies_once_per_period(make_service: Any, clock: Clock) -> None:
     idle = service.add("acme", {"user_id": "alice", "content": "I once visited Porto", "importance": 0.8})
     used = service.add("acme", {"user_id": "alice", "content": "I work on the billing service", "importance": 0.8})
     clock.advance(days=100)
-    service.store.record_access("acme", {used: 1}, clock())
+    service.store.record_access("acme", {"alice": {used: 1}}, clock())  # logged: the run folds it in first
     assert _run(service, clock)["decayed"] == 1
     assert _all(service)[idle].importance == pytest.approx(0.4) and _all(service)[used].importance == pytest.approx(0.8)
     assert _run(service, clock)["decayed"] == 0  # same period: no second decay

@@ -48,6 +48,8 @@ def test_erase_user_leaves_nothing_in_any_version(service: MemoryService) -> Non
     counts = service.erase_user("acme", victim, actor="test")
 
     assert counts["memories"] == 4 and counts["messages"] == 1 and counts["jobs"] == 1
+    assert counts["access"] == len(hits.memories)  # the recall hits logged for them, too
+    assert service.store.pending_access(Scope.user("acme", victim)) == {}
     assert _versions_holding(service, CANARY) == []
     # The full-text index was rebuilt without the user: no version's index can find the canary.
     memories = service.store.table("memories")

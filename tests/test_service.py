@@ -174,19 +174,35 @@ def test_list_paginates_newest_first(service: MemoryService, clock: Clock) -> No
         service.list(U, cursor="garbage")
 
 
-def test_access_is_deferred_and_never_resurrects(service: MemoryService) -> None:
+def test_access_is_logged_then_folded_and_never_resurrects(service: MemoryService) -> None:
     keep = service.add("acme", {"user_id": "u1", "content": "likes hiking in the Alps"})
     gone = service.add("acme", {"user_id": "u1", "content": "likes hiking in Norway"})
     hits = service.recall("acme", {"user_id": "u1", "query": "hiking"}).memories
     assert {h.id for h in hits} == {keep, gone}
     assert service.get(U, keep).access_count == 0  # nothing written on the recall path
-    # A row deleted (or merged) before the flush must not come back.
+    memories = service.store.table("memories")
+    version = memories.version
+    assert service.access.flush() == 2  # two rows appended to the access log ...
+    assert memories.version == version  # ... and no memory row rewritten
+    seen = service.get(U, keep)
+    assert seen.access_count == 1 and seen.last_accessed_at is not None
+    assert [r.access_count for r in service.list(U).records] == [1, 1]
+    service.recall("acme", {"user_id": "u1", "query": "Alps"})
+    service.access.flush()
+    assert service.get(U, keep).access_count == 2
+    # A row deleted (or merged) before the fold must not come back.
     service.store.delete_memories(U, [gone])
-    assert service.access.flush() == 1
-    assert service.get(U, keep).access_count == 1
+    logged = service.store.pending_access(U)
+    assert logged[keep][0] == 2 and logged[gone][0] >= 1
+    assert service.store.fold_access("acme") == 1
+    assert service.store.pending_access(U) == {}
+    stored = service.store.get_memories(U, [keep])[0]
+    assert stored.access_count == 2 and stored.last_accessed_at == logged[keep][1]
+    assert service.get(U, keep).access_count == 2  # folded, not counted twice
     with pytest.raises(NotFoundError):
         service.get(U, gone)
-    assert service.store.table("memories").count_rows() == 1
+    assert memories.count_rows() == 1
+    assert service.store.fold_access("acme") == 0
 
 
 def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() -> None:
@@ -207,7 +223,7 @@ def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() ->
     while not flushed and time.monotonic() < deadline:
         time.sleep(0.01)
     recorder.close()
-    assert flushed[0] == {"a": 2, "d": 1, "e": 1, "f": 1} and recorder.pending() == 0
+    assert flushed[0] == {"u1": {"a": 2}, "u3": {"d": 1, "e": 1, "f": 1}} and recorder.pending() == 0
 
 
 def test_other_embedding_model_is_a_clear_error(service: MemoryService, settings) -> None:

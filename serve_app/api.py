@@ -369,7 +369,7 @@ class IngressDeployment:
         return {"ids": result["ids"]}
 
     @app.post("/v1/memories/search", tags=["memories"])
-    async def search(self, body: SearchIn, caller: Caller) -> dict[str, Any]:
+    async def search(self, body: SearchIn, caller: Caller) -> JSONResponse:
         """Recall: vector + keyword search fused with recency and importance, inside one user."""
         caller.require("reader")
         started = time.perf_counter()
@@ -382,7 +382,8 @@ class IngressDeployment:
         for hit in payload["memories"]:
             for key in ("user_id", "team_id", "agent_id", "session_id"):
                 hit.pop(key, None)
-        return payload
+        # Already plain JSON: answered as is, without FastAPI's generic encoder (0.3 ms a search).
+        return JSONResponse(payload)
 
     @app.get("/v1/memories", tags=["memories"])
     async def list_memories(

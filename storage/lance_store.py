@@ -63,6 +63,12 @@ INDEXES: dict[str, list[tuple[str, Any]]] = {
     sc.VERDICTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
     sc.ACCESS: [("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
 }
+# The Lance file format of every table this store creates. The 2.2 format (pylance 14's default)
+# stores a page whose values are all equal as a constant, and reading a few rows of such a page
+# costs about as much as the whole page: with importance, oov, memory_type and metadata the same
+# in every row (defaults, English-only text), a user's scan at 1M memories took 7.3 ms, against
+# 2.2 ms for the same rows in 2.1 files (which are also 5% smaller).
+FILE_FORMAT = "2.1"
 # Users found to hold more rows than the in-process scan takes; they go to Lance's searches.
 LARGE_SCOPES_KEPT = 10_000
 # fold_new_rows: an older uncovered fragment joins a fold while it holds at most this many times
@@ -129,7 +135,7 @@ class LanceStore:
         try:
             return self._db.open_table(name)
         except (FileNotFoundError, ValueError):
-            table = self._db.create_table(name, schema=table_schema, exist_ok=True)
+            table = self._db.create_table(name, schema=table_schema, exist_ok=True, data_storage_version=FILE_FORMAT)
             self._create_indexes(table, name)
             return table
 
@@ -141,7 +147,9 @@ class LanceStore:
                 raise UnavailableError(
                     f"no memories table at {self.uri}: start the service or import data first"
                 ) from None
-            table = self._db.create_table(sc.MEMORIES, schema=sc.memories_schema(dim, model), exist_ok=True)
+            table = self._db.create_table(
+                sc.MEMORIES, schema=sc.memories_schema(dim, model), exist_ok=True, data_storage_version=FILE_FORMAT
+            )
             self._create_indexes(table, sc.MEMORIES)
         meta = table.schema.metadata or {}
         stored_model = meta.get(sc.MODEL_KEY, b"").decode()

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from agent_memory.errors import ConflictError
 from storage import schema as sc
-from storage.lance_store import LanceStore, _retrying
+from storage.lance_store import FILE_FORMAT, LanceStore, _retrying
 
 STAGING = "memories_reembed"
 Embed = Callable[[Sequence[str]], tuple[np.ndarray, Sequence[float]]]
@@ -43,7 +43,7 @@ def open_staging(store: LanceStore, model: str, dim: int) -> Any:
         meta = table.schema.metadata or {}
         if meta.get(sc.MODEL_KEY, b"").decode() == model and int(meta.get(sc.DIM_KEY, b"0")) == dim:
             return table  # a killed run resumes: rows already staged are kept
-    return db.create_table(STAGING, schema=staging_schema(dim, model), mode="overwrite")
+    return db.create_table(STAGING, schema=staging_schema(dim, model), mode="overwrite", data_storage_version=FILE_FORMAT)
 
 
 def memory_texts(store: LanceStore) -> pa.Table:
@@ -112,7 +112,10 @@ def switch(store: LanceStore, staging: Any, model: str, dim: int, embed: Embed, 
         data = pa.Table.from_arrays([columns[f.name] for f in new_schema], schema=new_schema)
         if table.version != version:
             continue
-        new_table = store._db.create_table(sc.MEMORIES, data, schema=new_schema, mode="overwrite")
+        # The rewrite also brings a store made with another file format to this one.
+        new_table = store._db.create_table(
+            sc.MEMORIES, data, schema=new_schema, mode="overwrite", data_storage_version=FILE_FORMAT
+        )
         store._tables[sc.MEMORIES] = new_table
         store.embedding_model, store.embedding_dim = model, dim
         store._create_indexes(new_table, sc.MEMORIES)

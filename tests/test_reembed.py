@@ -68,6 +68,7 @@ def test_reembed_catches_up_and_switches(
     expected = new_embedder.embed_batch([r["index_text"] for r in rows])
     assert np.allclose(np.array([r["vector"] for r in rows]), expected, atol=1e-4)
     assert store.stats(None)["embedding_model"] == new_embedder.name
+    assert store.table("memories").to_lance().data_storage_version == "2.1"  # the rewrite's format
     with MemoryService(store, new_embedder, settings, defer_access=False) as fresh:
         hits = fresh.recall("acme", {"user_id": "u1", "query": "Miso the cat"}).memories
         assert hits[0].id == new_id

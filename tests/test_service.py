@@ -12,6 +12,7 @@ from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
 from agent_memory.models import NewMemory, Scope
 from agent_memory.service import MemoryService
 from storage import LanceStore
+from storage.schema import TABLES
 from tests.conftest import Clock
 
 U = Scope.user("acme", "u1")
@@ -224,6 +225,13 @@ def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() ->
         time.sleep(0.01)
     recorder.close()
     assert flushed[0] == {"u1": {"a": 2}, "u3": {"d": 1, "e": 1, "f": 1}} and recorder.pending() == 0
+
+
+def test_new_stores_write_lance_2_1_files(service: MemoryService) -> None:
+    # 2.2 files store all-equal pages as constants that are slow to read a few rows from (FILE_FORMAT).
+    service.add("acme", {"user_id": "u1", "content": "likes green tea"})
+    for name in TABLES:
+        assert service.store.table(name).to_lance().data_storage_version == "2.1", name
 
 
 def test_other_embedding_model_is_a_clear_error(service: MemoryService, settings) -> None:

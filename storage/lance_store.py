@@ -187,8 +187,10 @@ class LanceStore:
     def _existing_ids(self, name: str, org_id: str, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        rows = self._rows(name, Where().eq("org_id", org_id).isin("id", ids), ["id"])
-        return {r["id"] for r in rows}
+        # Straight from the Lance dataset: a LanceDB query costs about 1.5 ms more per call.
+        where = Where().eq("org_id", org_id).isin("id", ids).render()
+        found = self._tables[name].to_lance().to_table(columns=["id"], filter=where)
+        return set(found.column("id").to_pylist())
 
     def _insert_absent(self, name: str, rows: list[dict[str, Any]], table_schema: pa.Schema) -> Any:
         """Insert the rows whose id is absent, in one commit; the merge's result (counts, version)."""
@@ -207,8 +209,11 @@ class LanceStore:
 
         `known_absent`: the caller has just looked the ids up and found none (the write path
         does, for its idempotency check), so they are not looked up again. The insert stays
-        insert-if-absent; if a concurrent writer stored some of them first, the merge inserts
-        fewer rows, and those are found in the version before this commit.
+        insert-if-absent (a `merge_insert`): a writer that stored one of them between that
+        lookup and this commit wins, this merge inserts fewer rows, and those are found in the
+        version before this commit. (Two commits at the very same moment are not caught: Lance
+        detects no conflict between two inserts of one key unless the schema declares it a
+        primary key. API writes are applied by one Writer, in order, retries included.)
         """
         for record in records:
             if record.org_id != org_id:
@@ -510,7 +515,15 @@ class LanceStore:
         rows = [sc.event_row(e) for e in events if e.org_id == org_id]
         if len(rows) != len(events):
             raise InvalidInputError("every event must belong to the org being written")
-        self._insert_absent(sc.EVENTS, rows, sc.EVENTS_SCHEMA)
+        # Creation events have ids derived from the memory's, so that a retry does not repeat them:
+        # they are looked up, then the rest appended (7 against 10-12 ms for a merge_insert at 200k
+        # memories). Only the Writer that created a memory, or a retry it applies in its turn,
+        # writes its creation event, so no other writer races for these ids.
+        existing = self._existing_ids(sc.EVENTS, org_id, [r["id"] for r in rows])
+        fresh = [r for r in rows if r["id"] not in existing]
+        if fresh:
+            data = pa.Table.from_pylist(fresh, schema=sc.EVENTS_SCHEMA)
+            _retrying(lambda: self._tables[sc.EVENTS].add(data), "append events")
 
     def memory_events(self, scope: Scope, memory_id: str) -> list[MemoryEvent]:
         """Audit events of one memory of the scope's user, oldest first."""

@@ -179,18 +179,13 @@ class LanceStore:
     # -- reading helpers -----------------------------------------------------------------------
 
     def _rows(self, name: str, where: Where, columns: list[str] | None = None) -> list[dict[str, Any]]:
-        query = self._tables[name].search().where(where.render())
-        if columns is not None:
-            query = query.select(columns)
-        return query.limit(None).to_arrow().to_pylist()
+        # Straight from the Lance dataset: a LanceDB query costs about 1.5 ms more per call.
+        return self._tables[name].to_lance().to_table(columns=columns, filter=where.render()).to_pylist()
 
     def _existing_ids(self, name: str, org_id: str, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        # Straight from the Lance dataset: a LanceDB query costs about 1.5 ms more per call.
-        where = Where().eq("org_id", org_id).isin("id", ids).render()
-        found = self._tables[name].to_lance().to_table(columns=["id"], filter=where)
-        return set(found.column("id").to_pylist())
+        return {r["id"] for r in self._rows(name, Where().eq("org_id", org_id).isin("id", ids), ["id"])}
 
     def _insert_absent(self, name: str, rows: list[dict[str, Any]], table_schema: pa.Schema) -> Any:
         """Insert the rows whose id is absent, in one commit; the merge's result (counts, version)."""
@@ -450,11 +445,10 @@ class LanceStore:
             if not ids:
                 return {}
             where.isin("memory_id", ids)
-        pending: dict[str, tuple[int, datetime]] = {}
-        for row in self._rows(sc.ACCESS, where, ["memory_id", "count", "at"]):
-            count, last = pending.get(row["memory_id"], (0, row["at"]))
-            pending[row["memory_id"]] = (count + row["count"], max(last, row["at"]))
-        return pending
+        totals = _hit_totals(self._tables[sc.ACCESS].to_lance().to_table(
+            columns=["org_id", "memory_id", "count", "at"], filter=where.render()
+        ))
+        return {r["memory_id"]: (r["count_sum"], r["at_max"]) for r in totals.to_pylist()}
 
     def fold_access(self, org_id: str | None = None, user_id: str | None = None) -> int:
         """Add the logged hits to the memory rows and drop them from the log; return the rows updated.
@@ -476,7 +470,7 @@ class LanceStore:
         )
         if logged.num_rows == 0:
             return 0
-        totals = logged.group_by(["org_id", "memory_id"]).aggregate([("count", "sum"), ("at", "max")])
+        totals = _hit_totals(logged)
         memories = self._tables[sc.MEMORIES]
         updated = 0
         for org in sorted(pc.unique(totals.column("org_id")).to_pylist()):
@@ -841,6 +835,11 @@ class LanceStore:
     def versions(self, name: str) -> list[int]:
         """The retained versions of a table (erasure tests read every one)."""
         return [int(v["version"]) for v in self._tables[name].list_versions()]
+
+
+def _hit_totals(logged: pa.Table) -> pa.Table:
+    """Access-log rows summed per (org, memory): `count_sum` hits, the last at `at_max`."""
+    return logged.group_by(["org_id", "memory_id"]).aggregate([("count", "sum"), ("at", "max")])
 
 
 def _display_records(result: pa.Table, ids: Sequence[str], owner: dict[str, str]) -> list[MemoryRecord]:

@@ -177,7 +177,7 @@ class SentenceTransformerEmbedder(Embedder):
 
     def __init__(
         self, model: str = BUNDLED_MODEL, device: str = "auto", batch_size: int = 64, cache_size: int = 0,
-        backend: str = "auto",
+        backend: str = "auto", threads: int | None = None,
     ) -> None:
         super().__init__(cache_size)
         # The bundled model must load with no network; other models may come from a local cache.
@@ -214,7 +214,7 @@ class SentenceTransformerEmbedder(Embedder):
             log.warning("embedding_backend onnx applies to CPU only: %s runs on torch on %s", model, device)
         elif backend in ("auto", "onnx") and device == "cpu":
             try:
-                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing)
+                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads)
                 self.backend = "onnx"
             except Exception as exc:
                 if backend == "onnx":
@@ -275,10 +275,11 @@ class OnnxEncoder:
         self._tokenizing = lock
 
     @classmethod
-    def for_model(cls, model: Any, path: str, lock: threading.Lock) -> OnnxEncoder:
+    def for_model(cls, model: Any, path: str, lock: threading.Lock, threads: int | None = None) -> OnnxEncoder:
         """Load (or export, then load) the model's graph, and check it against torch on probe texts:
         a cached graph that no longer matches (weights changed in place) is exported again; a
-        fresh one that does not match is refused, and the caller stays on torch."""
+        fresh one that does not match is refused, and the caller stays on torch. `threads`: ONNX
+        Runtime's threads per call (by default as many as torch was given)."""
         modules = [type(m).__name__ for m in model]
         pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
         if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
@@ -291,7 +292,7 @@ class OnnxEncoder:
             try:
                 if attempt == "fresh":
                     _export(model, graph)
-                encoder = cls._load(model, graph, lock)
+                encoder = cls._load(model, graph, lock, threads)
                 if encoder.matches(model):
                     return encoder
                 problem = "does not give the model's vectors"
@@ -305,14 +306,14 @@ class OnnxEncoder:
         raise ValueError("the exported graph does not give the model's vectors")
 
     @classmethod
-    def _load(cls, model: Any, graph: Path, lock: threading.Lock) -> OnnxEncoder:
+    def _load(cls, model: Any, graph: Path, lock: threading.Lock, threads: int | None) -> OnnxEncoder:
         import onnxruntime
         import torch
 
         options = onnxruntime.SessionOptions()
-        # As many threads as torch was given (Ray gives fractional-CPU actors one), and no
-        # spinning: on a small machine an idle spinning thread takes CPU from the others.
-        options.intra_op_num_threads = max(1, torch.get_num_threads())
+        # As many threads as asked, else as torch was given (Ray gives fractional-CPU actors one),
+        # and no spinning: on a small machine an idle spinning thread takes CPU from the others.
+        options.intra_op_num_threads = threads or max(1, torch.get_num_threads())
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
@@ -445,8 +446,8 @@ class OpenAIEmbedder(Embedder):
         return _normalise(np.asarray(out, dtype=np.float32))
 
 
-def build_embedder(settings: Settings) -> Embedder:
-    """The embedder the settings name."""
+def build_embedder(settings: Settings, *, threads: int | None = None) -> Embedder:
+    """The embedder the settings name; `threads` per model call on CPU (default: the process's)."""
     name = settings.embedding_model.strip()
     if not name:
         raise InvalidInputError("embedding_model must not be empty")
@@ -464,4 +465,5 @@ def build_embedder(settings: Settings) -> Embedder:
         batch_size=settings.embedding_batch_size,
         cache_size=settings.embedding_cache_size,
         backend=settings.embedding_backend,
+        threads=threads,
     )

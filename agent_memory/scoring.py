@@ -9,15 +9,30 @@ Recency is one bounded term, so an old but relevant fact is never buried by age 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+
+import numpy as np
 
 from agent_memory.models import RecallMode, ScoreParts
 from agent_memory.settings import Settings
 
 SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class ScoreArrays:
+    """The components of the fused score for a whole candidate pool, each in 0..1."""
+
+    semantic: np.ndarray
+    keyword: np.ndarray
+    recency: np.ndarray
+    importance: np.ndarray
+
+    def parts(self, i: int) -> ScoreParts:
+        """One candidate's components, as a recall hit shows them."""
+        return ScoreParts(semantic=float(self.semantic[i]), keyword=float(self.keyword[i]),
+                          recency=float(self.recency[i]), importance=float(self.importance[i]))
 
 
 @dataclass(frozen=True)
@@ -45,71 +60,66 @@ class Weights:
         return self
 
 
-def recency(created_at: datetime, now: datetime, half_life_days: float) -> float:
-    """exp(-lambda * age) with lambda = ln 2 / half-life; a future timestamp counts as new."""
-    age_days = max(0.0, (now - created_at).total_seconds() / SECONDS_PER_DAY)
-    return math.exp(-math.log(2) * age_days / half_life_days)
+def recency(created_at: np.ndarray, now: float, half_life_days: float) -> np.ndarray:
+    """exp(-lambda * age) with lambda = ln 2 / half-life; a future timestamp counts as new.
+
+    Times are seconds since the epoch (`datetime.timestamp()`).
+    """
+    age_days = np.maximum(0.0, (now - np.asarray(created_at, dtype=np.float64)) / SECONDS_PER_DAY)
+    return np.exp(-math.log(2) * age_days / half_life_days)
 
 
-def semantic(cosine: float | None) -> float:
-    """Cosine similarity of unit vectors mapped to 0..1 (unrelated texts sit near 0)."""
-    if cosine is None:
-        return 0.0
-    return min(1.0, max(0.0, cosine))
+def semantic(cosine: np.ndarray) -> np.ndarray:
+    """Cosine similarity of unit vectors mapped to 0..1 (unrelated texts sit near 0; NaN, not
+    found by the vector retriever, is 0)."""
+    return np.clip(np.nan_to_num(np.asarray(cosine, dtype=np.float64), nan=0.0), 0.0, 1.0)
 
 
-def keyword_scores(bm25: dict[str, float]) -> dict[str, float]:
-    """BM25 scores relative to the best match of this query, 0..1."""
-    if not bm25:
-        return {}
-    top = max(bm25.values())
-    if top <= 0:
-        return {k: 0.0 for k in bm25}
-    return {k: v / top for k, v in bm25.items()}
+def keyword_scores(bm25: np.ndarray) -> np.ndarray:
+    """BM25 scores relative to the best match of this query, 0..1 (NaN, not found, is 0)."""
+    scores = np.nan_to_num(np.asarray(bm25, dtype=np.float64), nan=0.0)
+    top = scores.max() if scores.size else 0.0
+    return scores / top if top > 0 else np.zeros_like(scores)
 
 
 BM25_K1 = 1.2
 BM25_B = 0.75
 
 
-def bm25(query: Sequence[str], documents: Sequence[Sequence[str]]) -> list[float]:
+def bm25(query: Sequence[str], documents: Sequence[Sequence[str]]) -> np.ndarray:
     """Okapi BM25 of each document for the query terms, with the statistics of `documents` alone.
 
     The formula of the store's full-text index (idf = ln(1 + (N - n + 0.5) / (n + 0.5)), k1 1.2,
     b 0.75); a query term counts once however often it is asked.
     """
-    if not documents:
-        return []
-    wanted = set(query)
-    lengths = [len(d) for d in documents]
-    average = (sum(lengths) / len(lengths)) or 1.0
-    frequencies = [Counter(t for t in d if t in wanted) for d in documents]
-    df = Counter(t for tf in frequencies for t in tf)
     n = len(documents)
-    idf = {t: math.log(1 + (n - k + 0.5) / (k + 0.5)) for t, k in df.items()}
-    scores = []
-    for tf, length in zip(frequencies, lengths, strict=True):
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
-        scores.append(sum(idf[t] * f * (BM25_K1 + 1) / (f + norm) for t, f in tf.items()))
+    scores = np.zeros(n)
+    if not n:
+        return scores
+    lengths = np.fromiter((len(d) for d in documents), dtype=np.float64, count=n)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (lengths.mean() or 1.0))
+    for term in dict.fromkeys(query):
+        tf = np.fromiter((d.count(term) for d in documents), dtype=np.float64, count=n)
+        df = np.count_nonzero(tf)
+        if df:
+            scores += math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * (BM25_K1 + 1) / (tf + norm)
     return scores
 
 
-def readable_share(query_oov: float, memory_oov: float, full_share: float) -> float:
+def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) -> np.ndarray:
     """How much the embedding model reads of a query-memory pair: 1 fully, 0 not at all."""
-    worst = max(query_oov, memory_oov)
-    return max(0.0, 1.0 - min(1.0, worst / full_share))
+    worst = np.maximum(query_oov, np.asarray(memory_oov, dtype=np.float64))
+    return np.maximum(0.0, 1.0 - np.minimum(1.0, worst / full_share))
 
 
-def fuse(parts: ScoreParts, weights: Weights, readable: float = 1.0) -> float:
+def fuse(parts: ScoreArrays, weights: Weights, readable: np.ndarray | float = 1.0) -> np.ndarray:
     """The weighted mean of the score components, in 0..1."""
-    w_sem = weights.semantic * readable
+    w_sem = weights.semantic * np.asarray(readable, dtype=np.float64)
     total = w_sem + weights.keyword + weights.recency + weights.importance
-    if total <= 0:
-        return 0.0
     value = (
         w_sem * parts.semantic
         + weights.keyword * parts.keyword
         + weights.recency * parts.recency
         + weights.importance * parts.importance
     )
-    return value / total
+    return np.where(total > 0, value / np.where(total > 0, total, 1.0), 0.0)

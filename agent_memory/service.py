@@ -42,7 +42,7 @@ from agent_memory.models import (
 )
 from agent_memory.redaction import Redactor
 from agent_memory.settings import Settings
-from agent_memory.store import Candidate, MemoryStore, Page, RecallFilter
+from agent_memory.store import MemoryStore, Page, Pool, RecallFilter
 from agent_memory.text import keyword_text, terms
 
 log = logging.getLogger(__name__)
@@ -548,10 +548,7 @@ class MemoryService:
             scope, query_vector, keywords if q.mode != "dense" else "", recall_filter,
             dense_limit=max(pool, self.settings.recall_dense_depth), keyword_limit=pool,
         )
-        ranked = self._rank(found.dense, found.lexical, query_oov, now, q.mode if not degraded else "keyword")
-        if q.min_score is not None:
-            ranked = [r for r in ranked if r[1] >= q.min_score]
-        ranked = ranked[: q.top_k]
+        ranked = self._rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, q.min_score)
         records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
         hits = [
             _hit(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records
@@ -564,26 +561,24 @@ class MemoryService:
         return RecallResult(memories=hits, degraded=degraded)
 
     def _rank(
-        self, dense: list[Candidate], lexical: list[Candidate], query_oov: float, now: datetime, mode: str
+        self, pool: Pool, query_oov: float, now: datetime, mode: str, top_k: int, min_score: float | None
     ) -> list[tuple[str, float, ScoreParts]]:
-        """Fuse the two candidate lists into (id, score, parts), best first."""
+        """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
+
+        The whole pool is scored with array arithmetic; ties go to the smaller id.
+        """
         weights = self.weights.for_mode(mode)  # type: ignore[arg-type]
-        cosine = {c.id: c.score for c in dense}
-        keyword = scoring.keyword_scores({c.id: c.score for c in lexical})
-        candidates = {c.id: c for c in lexical}
-        candidates.update({c.id: c for c in dense})
-        ranked = []
-        for memory_id_, c in candidates.items():
-            parts = ScoreParts(
-                semantic=scoring.semantic(cosine.get(memory_id_)) if mode != "keyword" else 0.0,
-                keyword=keyword.get(memory_id_, 0.0),
-                recency=scoring.recency(c.created_at, now, self.settings.recency_half_life_days),
-                importance=c.importance,
-            )
-            readable = scoring.readable_share(query_oov, c.oov, self.settings.oov_full_share)
-            ranked.append((memory_id_, round(scoring.fuse(parts, weights, readable), 6), parts))
-        ranked.sort(key=lambda r: (-r[1], r[0]))
-        return ranked
+        parts = scoring.ScoreArrays(
+            semantic=scoring.semantic(pool.cosine) if mode != "keyword" else np.zeros(len(pool.ids)),
+            keyword=scoring.keyword_scores(pool.bm25),
+            recency=scoring.recency(pool.created_at, now.timestamp(), self.settings.recency_half_life_days),
+            importance=pool.importance,
+        )
+        readable = scoring.readable_share(query_oov, pool.oov, self.settings.oov_full_share)
+        scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()
+        kept = range(len(scores)) if min_score is None else [i for i, s in enumerate(scores) if s >= min_score]
+        best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
+        return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]
 
     # -- messages ------------------------------------------------------------------------------
 

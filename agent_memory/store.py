@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,6 +45,50 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """Every memory either retriever found, column by column: what fusion needs of each.
+
+    `cosine` is NaN where the vector retriever did not return the memory, `bm25` NaN where the
+    keyword retriever did not; `created_at` is in seconds since the epoch. Fusion scores the
+    whole pool with array arithmetic and builds Python objects for the kept few only.
+    """
+
+    ids: list[str]
+    cosine: np.ndarray
+    bm25: np.ndarray
+    created_at: np.ndarray
+    importance: np.ndarray
+    oov: np.ndarray
+
+    @classmethod
+    def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate]) -> Pool:
+        """The pool of two candidate lists (the indexed retrievers' answers)."""
+        found = {c.id: c for c in lexical} | {c.id: c for c in dense}
+        cosine = {c.id: c.score for c in dense}
+        bm25 = {c.id: c.score for c in lexical}
+        ids = list(found)
+        return cls(
+            ids,
+            np.array([cosine.get(i, np.nan) for i in ids], dtype=np.float64),
+            np.array([bm25.get(i, np.nan) for i in ids], dtype=np.float64),
+            np.array([found[i].created_at.timestamp() for i in ids], dtype=np.float64),
+            np.array([found[i].importance for i in ids], dtype=np.float64),
+            np.array([found[i].oov for i in ids], dtype=np.float64),
+        )
+
+    def ranked(self, retriever: str) -> list[Candidate]:
+        """One retriever's candidates, best first (`cosine` or `bm25`)."""
+        scores = getattr(self, retriever)
+        found = np.flatnonzero(~np.isnan(scores))
+        order = found[np.argsort(-scores[found], kind="stable")]
+        return [
+            Candidate(self.ids[i], float(scores[i]), datetime.fromtimestamp(float(self.created_at[i]), timezone.utc),
+                      float(self.importance[i]), float(self.oov[i]))
+            for i in order
+        ]
+
+
+@dataclass(frozen=True)
 class Retrieved:
     """What both retrievers found, and how to read the display fields of the memories kept.
 
@@ -52,9 +96,18 @@ class Retrieved:
     that a recall reads the store once.
     """
 
-    dense: list[Candidate]
-    lexical: list[Candidate]
+    pool: Pool
     records: Callable[[Sequence[str]], list[MemoryRecord]]
+
+    @property
+    def dense(self) -> list[Candidate]:
+        """The vector retriever's candidates, most similar first."""
+        return self.pool.ranked("cosine")
+
+    @property
+    def lexical(self) -> list[Candidate]:
+        """The keyword retriever's candidates, best BM25 first."""
+        return self.pool.ranked("bm25")
 
 
 @dataclass(frozen=True)

@@ -243,8 +243,12 @@ def resolve_import_path(path: str, root: str) -> str:
     return str(target)
 
 
-def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The caller: the key's org and role, or the anonymous default org when no keys are configured."""
+async def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The caller: the key's org and role, or the anonymous default org when no keys are configured.
+
+    Asynchronous although it never waits: FastAPI runs a plain function dependency in a worker
+    thread, a hand-off per request that cost the event loop more than the check itself.
+    """
     state = request.app.state
     keys: ApiKeys | None = state.keys
     caller = ANONYMOUS if keys is None else keys.authenticate(authorization)
@@ -285,7 +289,9 @@ class IngressDeployment:
         # forward pass, or, where the Embedder holds a GPU, there (build() decides).
         queries: Embedder
         if local_queries:
-            model = await asyncio.get_running_loop().run_in_executor(None, build_embedder, settings)
+            model = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: build_embedder(settings, threads=settings.query_embedding_threads)
+            )
             batch_sizes = metrics.embed_batch_size()
             queries = BatchingEmbedder(
                 model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s,

@@ -29,7 +29,7 @@ from agent_memory import scoring
 from agent_memory.errors import ConflictError, InvalidInputError, UnavailableError
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope
 from agent_memory.settings import Settings
-from agent_memory.store import Candidate, Page, RecallFilter, Retrieved
+from agent_memory.store import Candidate, Page, Pool, RecallFilter, Retrieved
 from agent_memory.text import index_terms
 from storage import schema as sc
 from storage.filters import Where, literal, metadata_term, scoped
@@ -110,6 +110,7 @@ class LanceStore:
     ) -> None:
         self.uri = uri
         self.scan_limit = scan_limit
+        self._read_consistency = read_consistency
         self._storage_options = storage_options or None
         self._large_scopes: OrderedDict[tuple[str, str | None], None] = OrderedDict()
         try:
@@ -319,7 +320,14 @@ class LanceStore:
         a few milliseconds less overhead per call, which is most of a per-user search.
         """
         table = self._tables[sc.MEMORIES]
-        version = table.version  # honours the read-consistency interval: sees other writers
+        with self._snapshot_lock:
+            previous = self._snapshot_ds
+        if previous is not None and self._read_consistency == timedelta(0):
+            # What the table would answer, read from the snapshot: 0.01 ms against 0.3 ms through
+            # LanceDB's background event loop, on every recall.
+            version = previous.latest_version
+        else:
+            version = table.version  # honours the read-consistency interval: sees other writers
         with self._snapshot_lock:
             if self._snapshot_ds is None or self._snapshot_version != version:
                 # Checked out from the previous snapshot, the new version shares its caches (index
@@ -371,16 +379,16 @@ class LanceStore:
                     expires = result.column("expires_at")
                     live = pc.or_kleene(pc.is_null(expires), pc.greater(expires, pa.scalar(recall_filter.now, expires.type)))
                     result = result.filter(live)
-                dense, lexical = _scanned_candidates(result, vector, query_terms, dense_limit, keyword_limit)
+                pool = _scanned_pool(result, vector, query_terms, dense_limit, keyword_limit)
                 owner = {"org_id": scope.org_id, "user_id": scope.user_id}
-                return Retrieved(dense, lexical, lambda ids: _display_records(result, ids, owner))
+                return Retrieved(pool, lambda ids: _display_records(result, ids, owner))
             with self._snapshot_lock:
                 self._large_scopes[key] = None
                 if len(self._large_scopes) > LARGE_SCOPES_KEPT:
                     self._large_scopes.popitem(last=False)
         dense = self.vector_search(scope, vector, recall_filter, dense_limit) if vector is not None else []
         lexical = self.keyword_search(scope, keywords, recall_filter, keyword_limit) if query_terms else []
-        return Retrieved(dense, lexical, lambda ids: self.recall_records(scope, ids))
+        return Retrieved(Pool.of(dense, lexical), lambda ids: self.recall_records(scope, ids))
 
     def vector_search(self, scope: Scope, vector: np.ndarray, recall_filter: RecallFilter, limit: int) -> list[Candidate]:
         """Exact cosine search inside the prefiltered rows (flat within one user, never short of k)."""
@@ -859,40 +867,37 @@ def _in_owner_order(keys: pa.Table) -> bool:
     return keys.sort_by([(column, "ascending") for column in CLUSTER_ORDER]).equals(keys)
 
 
-def _scanned_candidates(
+def _scanned_pool(
     result: pa.Table, vector: np.ndarray | None, query_terms: Sequence[str], dense_limit: int, keyword_limit: int
-) -> tuple[list[Candidate], list[Candidate]]:
-    """Score a scope's scanned rows by cosine and by BM25 and keep each retriever's best."""
-    if result.num_rows == 0:
-        return [], []
-    importance = result.column("importance").to_numpy()
-    oov = result.column("oov").to_numpy()
-
-    def pick(scores: np.ndarray, limit: int, keep: np.ndarray) -> list[Candidate]:
-        order = np.flatnonzero(keep)
-        if len(order) > limit:
-            order = order[np.argpartition(-scores[order], limit - 1)[:limit]]
-        order = order[np.argsort(-scores[order], kind="stable")]
-        # Only the kept rows become Python objects (timestamps especially are slow to convert).
-        taken = result.select(["id", "created_at"]).take(order)
-        return [
-            Candidate(memory_id, float(scores[i]), created, float(importance[i]), float(oov[i]))
-            for i, memory_id, created in zip(
-                order, taken.column("id").to_pylist(), taken.column("created_at").to_pylist(), strict=True
-            )
-        ]
-
-    dense: list[Candidate] = []
-    if vector is not None:
-        matrix = result.column("vector").combine_chunks().flatten().to_numpy().reshape(result.num_rows, -1)
-        cosine = matrix @ np.asarray(vector, dtype=np.float32)
-        dense = pick(cosine, dense_limit, np.ones(len(cosine), dtype=bool))
-    lexical: list[Candidate] = []
-    if query_terms:
+) -> Pool:
+    """Score a scope's scanned rows by cosine and by BM25; the pool holds each retriever's best."""
+    n = result.num_rows
+    cosine = np.full(n, np.nan)
+    if vector is not None and n:
+        matrix = result.column("vector").combine_chunks().flatten().to_numpy().reshape(n, -1)
+        scores = (matrix @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
+        best = _best(scores, dense_limit, np.arange(n))
+        cosine[best] = scores[best]
+    bm25 = np.full(n, np.nan)
+    if query_terms and n:
         documents = [index_terms(k or "") for k in result.column("keywords").to_pylist()]
-        bm25 = np.asarray(scoring.bm25(query_terms, documents))
-        lexical = pick(bm25, keyword_limit, bm25 > 0)
-    return dense, lexical
+        scores = scoring.bm25(query_terms, documents)
+        best = _best(scores, keyword_limit, np.flatnonzero(scores > 0))
+        bm25[best] = scores[best]
+    rows = np.flatnonzero(~np.isnan(cosine) | ~np.isnan(bm25))
+    created = pc.cast(result.column("created_at").take(rows), pa.int64()).to_numpy()
+    return Pool(
+        ids=result.column("id").take(rows).to_pylist(), cosine=cosine[rows], bm25=bm25[rows],
+        created_at=created / 1e6, importance=result.column("importance").take(rows).to_numpy().astype(np.float64),
+        oov=result.column("oov").take(rows).to_numpy().astype(np.float64),
+    )
+
+
+def _best(scores: np.ndarray, limit: int, among: np.ndarray) -> np.ndarray:
+    """The rows of `among` with the `limit` highest scores (unordered)."""
+    if len(among) <= limit:
+        return among
+    return among[np.argpartition(-scores[among], limit - 1)[:limit]]
 
 
 def _candidates(result: pa.Table, score: Callable[[float], float], column: str) -> list[Candidate]:

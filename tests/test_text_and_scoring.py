@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 
 from agent_memory import scoring
-from agent_memory.models import ScoreParts
+from agent_memory.store import Candidate, Pool, Retrieved
 from agent_memory.text import cjk_share, index_terms, keyword_text, lexical_similarity, terms
 
 
@@ -33,31 +34,49 @@ def test_lexical_similarity_reads_chinese() -> None:
 
 def test_recency_halves_at_half_life_and_ignores_future() -> None:
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    assert scoring.recency(now - timedelta(days=30), now, 30) == pytest.approx(0.5)
-    assert scoring.recency(now + timedelta(days=3), now, 30) == 1.0
+    created = [(now - timedelta(days=30)).timestamp(), (now + timedelta(days=3)).timestamp(), now.timestamp()]
+    assert scoring.recency(np.array(created), now.timestamp(), 30).tolist() == pytest.approx([0.5, 1.0, 1.0])
+
+
+def _parts(*rows: tuple[float, float, float, float]) -> scoring.ScoreArrays:
+    """Score components of a pool, one (semantic, keyword, recency, importance) per candidate."""
+    return scoring.ScoreArrays(*(np.array(column, dtype=np.float64) for column in zip(*rows, strict=True)))
 
 
 def test_fuse_is_a_bounded_weighted_mean() -> None:
     weights = scoring.Weights(0.5, 0.3, 0.1, 0.1)
-    top = scoring.fuse(ScoreParts(semantic=1, keyword=1, recency=1, importance=1), weights)
+    top, old_relevant, new_irrelevant = scoring.fuse(
+        _parts((1, 1, 1, 1), (0.8, 1, 0.0, 0.5), (0.1, 0, 1.0, 0.5)), weights
+    ).tolist()
     assert top == pytest.approx(1.0)
     # Recency alone can never lift an irrelevant memory above a tenth of the scale.
-    old_relevant = scoring.fuse(ScoreParts(semantic=0.8, keyword=1, recency=0.0, importance=0.5), weights)
-    new_irrelevant = scoring.fuse(ScoreParts(semantic=0.1, keyword=0, recency=1.0, importance=0.5), weights)
     assert old_relevant > new_irrelevant
+    assert scoring.fuse(_parts((1, 1, 1, 1)), scoring.Weights(0, 0, 0, 0)).tolist() == [0.0]
 
 
 def test_unreadable_text_moves_weight_to_keywords() -> None:
     weights = scoring.Weights(0.5, 0.3, 0.1, 0.1)
-    parts = ScoreParts(semantic=1.0, keyword=0.0, recency=0.0, importance=0.0)
-    assert scoring.readable_share(1.0, 0.0, 0.5) == 0.0
-    assert scoring.fuse(parts, weights, readable=0.0) == 0.0
-    assert scoring.fuse(parts, weights, readable=1.0) == pytest.approx(0.5)
+    parts = _parts((1.0, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))
+    assert scoring.readable_share(1.0, np.array([0.0, 0.5]), 0.5).tolist() == [0.0, 0.0]
+    assert scoring.readable_share(0.0, np.array([0.0, 0.25]), 0.5).tolist() == [1.0, 0.5]
+    assert scoring.fuse(parts, weights, readable=np.array([0.0, 1.0])).tolist() == pytest.approx([0.0, 0.5])
 
 
-def test_keyword_scores_are_relative_to_best() -> None:
-    assert scoring.keyword_scores({"a": 4.0, "b": 1.0}) == {"a": 1.0, "b": 0.25}
-    assert scoring.keyword_scores({}) == {}
+def test_keyword_scores_are_relative_to_best_and_missing_is_zero() -> None:
+    assert scoring.keyword_scores(np.array([4.0, 1.0, np.nan])).tolist() == [1.0, 0.25, 0.0]
+    assert scoring.keyword_scores(np.array([np.nan, np.nan])).tolist() == [0.0, 0.0]
+    assert scoring.keyword_scores(np.array([])).tolist() == []
+    assert scoring.semantic(np.array([0.5, -0.2, np.nan, 1.0000001])).tolist() == [0.5, 0.0, 0.0, 1.0]
+
+
+def test_a_pool_of_candidate_lists_keeps_each_retrievers_order() -> None:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    dense = [Candidate("b", 0.9, now, 0.5, 0.0), Candidate("a", 0.4, now, 0.6, 0.1)]
+    lexical = [Candidate("c", 7.0, now - timedelta(days=1), 0.2, 0.0), Candidate("a", 3.0, now, 0.6, 0.1)]
+    pool = Pool.of(dense, lexical)
+    assert sorted(pool.ids) == ["a", "b", "c"]
+    assert Retrieved(pool, lambda ids: []).dense == dense
+    assert Retrieved(pool, lambda ids: []).lexical == lexical
 
 
 def test_index_terms_stem_and_fold_as_the_full_text_index_does() -> None:
@@ -76,9 +95,9 @@ def test_bm25_follows_the_okapi_formula() -> None:
     def term(idf: float, tf: int, length: int) -> float:
         return idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / average))
 
-    assert scores == pytest.approx([term(idf_python, 1, 2), term(idf_python, 1, 1), term(idf_tea, 2, 3)])
-    assert scoring.bm25(["absent"], docs) == [0.0, 0.0, 0.0]
-    assert scoring.bm25(["x"], []) == []
+    assert scores.tolist() == pytest.approx([term(idf_python, 1, 2), term(idf_python, 1, 1), term(idf_tea, 2, 3)])
+    assert scoring.bm25(["absent"], docs).tolist() == [0.0, 0.0, 0.0]
+    assert scoring.bm25(["x"], []).tolist() == []
 
 
 def test_index_terms_are_the_same_from_many_threads() -> None:

@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)
     writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
+    # ... and at least this long between them: each rewrites every index, which every replica reloads.
+    writer_optimize_min_seconds: float = Field(default=600.0, ge=0)
     # seconds between the writer's upkeep of recent fragments (LanceStore.fold_new_rows; 0: never)
     writer_upkeep_seconds: float = Field(default=2.0, ge=0)
     writer_fold_commits: int = Field(default=4, ge=1)  # the writer's commits that bring the upkeep forward

@@ -78,7 +78,7 @@ def http_load(url: str, clients: int, per_client: int, users: int, make_request)
     """Run `clients` threads, each sending `per_client` requests; latency summary and requests/s.
 
     Each thread keeps one HTTP/1.1 connection (the standard library's client: the load generator
-    shares the server's two cores, and it costs about a fifth of the CPU per request of httpx).
+    shares the server's two cores, and it costs about a quarter of the CPU per request of httpx).
     """
     from urllib.parse import urlsplit
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -189,6 +190,7 @@ class WriterDeployment:
         self._retries = metrics.commit_retries()
         self._loop_task: asyncio.Task[None] | None = None
         self._commits_since_optimize = 0
+        self._last_optimize = time.monotonic()
         self._concurrent = True
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize")
         self._optimizing = threading.Lock()
@@ -273,14 +275,26 @@ class WriterDeployment:
         self._commits_since_fold += 1
         if self._commits_since_fold >= self._settings.writer_fold_commits:
             self._fold_due.set()  # the upkeep folds the new fragments now rather than at its next tick
-        if self._commits_since_optimize >= self._settings.writer_optimize_every and not self._optimizing.locked():
-            # Each commit adds a small fragment that indexes do not cover yet; folding them in
-            # keeps id lookups and searches from slowing down as writes accumulate. It takes a
-            # second or more, so it runs beside the commits instead of holding the queue (a
-            # commit that races it is retried like any commit conflict).
+        if self._full_optimize_due():
+            # The upkeep keeps new fragments folded and indexed; this full pass compacts what the
+            # folds left, brings every index (the full-text one too) up to date and drops old
+            # versions. It takes a second or more, so it runs beside the commits instead of
+            # holding the queue (a commit that races it is retried like any commit conflict).
             self._commits_since_optimize = 0
+            self._last_optimize = time.monotonic()
             self._maintenance.submit(self._optimize)
         return [results[i] for i in range(len(batch))]
+
+    def _full_optimize_due(self) -> bool:
+        """After `writer_optimize_every` commits, and not within `writer_optimize_min_seconds` of
+        the last one: a full pass rewrites every index, and every replica then reads them afresh.
+        At 1M memories, one every 100 commits cut 8 clients searching beside one writing from 107
+        to 29 searches/s (the ingress's CPU per search 9.8 -> 27 ms)."""
+        return (
+            self._commits_since_optimize >= self._settings.writer_optimize_every
+            and time.monotonic() - self._last_optimize >= self._settings.writer_optimize_min_seconds
+            and not self._optimizing.locked()
+        )
 
     def _optimize(self) -> None:
         with self._optimizing:

@@ -90,20 +90,28 @@ def bm25(query: Sequence[str], documents: Sequence[Sequence[str]]) -> np.ndarray
     """Okapi BM25 of each document for the query terms, with the statistics of `documents` alone.
 
     The formula of the store's full-text index (idf = ln(1 + (N - n + 0.5) / (n + 0.5)), k1 1.2,
-    b 0.75); a query term counts once however often it is asked.
+    b 0.75); a query term counts once however often it is asked. One pass over the documents'
+    terms, whatever the query's length; the arrays hold only the query terms that occur.
     """
     n = len(documents)
-    scores = np.zeros(n)
-    if not n:
-        return scores
+    wanted = set(query)
+    column: dict[str, int] = {}
+    rows: list[int] = []
+    columns: list[int] = []
+    for i, document in enumerate(documents):
+        for term in document:
+            if term in wanted:
+                rows.append(i)
+                columns.append(column.setdefault(term, len(column)))
+    if not rows:
+        return np.zeros(n)
+    tf = np.zeros((n, len(column)))
+    np.add.at(tf, (rows, columns), 1.0)
     lengths = np.fromiter((len(d) for d in documents), dtype=np.float64, count=n)
     norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (lengths.mean() or 1.0))
-    for term in dict.fromkeys(query):
-        tf = np.fromiter((d.count(term) for d in documents), dtype=np.float64, count=n)
-        df = np.count_nonzero(tf)
-        if df:
-            scores += math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * (BM25_K1 + 1) / (tf + norm)
-    return scores
+    df = np.count_nonzero(tf, axis=0)
+    idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+    return (idf * tf * (BM25_K1 + 1) / (tf + norm[:, None])).sum(axis=1)
 
 
 def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) -> np.ndarray:

@@ -36,6 +36,7 @@ from agent_memory.models import (
     Scope,
     ScoreParts,
     SearchQuery,
+    as_utc,
     check_identifier,
     parse_input,
     utcnow,
@@ -571,7 +572,7 @@ class MemoryService:
         parts = scoring.ScoreArrays(
             semantic=scoring.semantic(pool.cosine) if mode != "keyword" else np.zeros(len(pool.ids)),
             keyword=scoring.keyword_scores(pool.bm25),
-            recency=scoring.recency(pool.created_at, now.timestamp(), self.settings.recency_half_life_days),
+            recency=scoring.recency(pool.created_at, as_utc(now).timestamp(), self.settings.recency_half_life_days),
             importance=pool.importance,
         )
         readable = scoring.readable_share(query_oov, pool.oov, self.settings.oov_full_share)

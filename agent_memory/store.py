@@ -50,7 +50,9 @@ class Pool:
 
     `cosine` is NaN where the vector retriever did not return the memory, `bm25` NaN where the
     keyword retriever did not; `created_at` is in seconds since the epoch. Fusion scores the
-    whole pool with array arithmetic and builds Python objects for the kept few only.
+    whole pool with array arithmetic and builds hits (records, score parts) for the kept top-k
+    only. `ranked` gives one retriever's list back (tests compare the two search paths with it);
+    within equal scores it keeps the pool's order.
     """
 
     ids: list[str]

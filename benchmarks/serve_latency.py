@@ -96,17 +96,22 @@ def http_load(url: str, clients: int, per_client: int, users: int, make_request)
                 method, path, body = make_request(rng, k, i)
                 payload = None if body is None else json.dumps(body).encode()
                 t0 = time.perf_counter()
-                connection.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-                response = connection.getresponse()
-                text = response.read()
+                try:
+                    connection.request(method, path, body=payload, headers={"Content-Type": "application/json"})
+                    response = connection.getresponse()
+                    status, text = response.status, response.read()
+                except (http.client.HTTPException, OSError) as exc:  # a dropped connection: counted, reopened
+                    connection.close()
+                    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+                    status, text = 599, repr(exc).encode()
                 dt = time.perf_counter() - t0
                 with lock:
                     latencies.append(dt)
                     # A degraded recall (keywords only, the model not consulted) is not the path measured.
-                    if response.status >= 400 or (path.endswith("/search") and json.loads(text).get("degraded")):
+                    if status >= 400 or (path.endswith("/search") and json.loads(text).get("degraded")):
                         errors[0] += 1
                         if not first_error:
-                            first_error.append(f"{response.status} {text[:300]!r}")
+                            first_error.append(f"{status} {text[:300]!r}")
         finally:
             connection.close()
 

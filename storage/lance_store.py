@@ -885,10 +885,11 @@ def _scanned_pool(
         best = _best(scores, keyword_limit, np.flatnonzero(scores > 0))
         bm25[best] = scores[best]
     rows = np.flatnonzero(~np.isnan(cosine) | ~np.isnan(bm25))
-    created = pc.cast(result.column("created_at").take(rows), pa.int64()).to_numpy()
+    created = pc.cast(pc.cast(result.column("created_at").take(rows), sc.TIMESTAMP), pa.int64()).to_numpy()
     return Pool(
         ids=result.column("id").take(rows).to_pylist(), cosine=cosine[rows], bm25=bm25[rows],
-        created_at=created / 1e6, importance=result.column("importance").take(rows).to_numpy().astype(np.float64),
+        created_at=created / 1e6,  # microseconds (sc.TIMESTAMP) to seconds
+        importance=result.column("importance").take(rows).to_numpy().astype(np.float64),
         oov=result.column("oov").take(rows).to_numpy().astype(np.float64),
     )
 

@@ -25,7 +25,7 @@ SYSTEM_ORG = "__system__"
 MODEL_KEY = b"embedding_model"
 DIM_KEY = b"embedding_dim"
 
-_TS = pa.timestamp("us", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def memories_schema(dim: int, model: str) -> pa.Schema:
@@ -46,13 +46,13 @@ def memories_schema(dim: int, model: str) -> pa.Schema:
             pa.field("confidence", pa.float32(), nullable=False),
             pa.field("status", pa.string(), nullable=False),
             pa.field("superseded_by", pa.string()),
-            pa.field("valid_from", _TS, nullable=False),
-            pa.field("valid_to", _TS),
-            pa.field("created_at", _TS, nullable=False),
-            pa.field("updated_at", _TS, nullable=False),
-            pa.field("last_accessed_at", _TS),
+            pa.field("valid_from", TIMESTAMP, nullable=False),
+            pa.field("valid_to", TIMESTAMP),
+            pa.field("created_at", TIMESTAMP, nullable=False),
+            pa.field("updated_at", TIMESTAMP, nullable=False),
+            pa.field("last_accessed_at", TIMESTAMP),
             pa.field("access_count", pa.int64(), nullable=False),
-            pa.field("expires_at", _TS),
+            pa.field("expires_at", TIMESTAMP),
             pa.field("source_ids", pa.list_(pa.string())),
             pa.field("metadata", pa.string(), nullable=False),
             pa.field("metadata_kv", pa.list_(pa.string())),
@@ -75,7 +75,7 @@ MESSAGES_SCHEMA = pa.schema(
         pa.field("role", pa.string(), nullable=False),
         pa.field("name", pa.string()),
         pa.field("content", pa.string(), nullable=False),
-        pa.field("created_at", _TS, nullable=False),
+        pa.field("created_at", TIMESTAMP, nullable=False),
         pa.field("metadata", pa.string(), nullable=False),
     ]
 )
@@ -88,7 +88,7 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("memory_id", pa.string()),
         pa.field("action", pa.string(), nullable=False),
         pa.field("actor", pa.string(), nullable=False),
-        pa.field("created_at", _TS, nullable=False),
+        pa.field("created_at", TIMESTAMP, nullable=False),
         pa.field("before", pa.string()),
         pa.field("after", pa.string()),
     ]
@@ -102,8 +102,8 @@ JOBS_SCHEMA = pa.schema(
         pa.field("kind", pa.string(), nullable=False),
         pa.field("state", pa.string(), nullable=False),
         pa.field("progress", pa.float64(), nullable=False),
-        pa.field("created_at", _TS, nullable=False),
-        pa.field("updated_at", _TS, nullable=False),
+        pa.field("created_at", TIMESTAMP, nullable=False),
+        pa.field("updated_at", TIMESTAMP, nullable=False),
         pa.field("error", pa.string()),
         pa.field("report", pa.string(), nullable=False),
     ]
@@ -117,7 +117,7 @@ VERDICTS_SCHEMA = pa.schema(
         pa.field("user_id", pa.string(), nullable=False),
         pa.field("judge", pa.string(), nullable=False),
         pa.field("same", pa.bool_(), nullable=False),
-        pa.field("judged_at", _TS, nullable=False),
+        pa.field("judged_at", TIMESTAMP, nullable=False),
     ]
 )
 
@@ -129,7 +129,7 @@ ACCESS_SCHEMA = pa.schema(
         pa.field("user_id", pa.string(), nullable=False),
         pa.field("memory_id", pa.string(), nullable=False),
         pa.field("count", pa.int64(), nullable=False),
-        pa.field("at", _TS, nullable=False),
+        pa.field("at", TIMESTAMP, nullable=False),
         pa.field("flush_id", pa.string(), nullable=False),
     ]
 )

@@ -161,3 +161,17 @@ def test_folds_rewrite_little_more_than_what_is_new(service: MemoryService) -> N
     assert len(uncovered("events")) < events
     hits = service.recall("acme", {"user_id": "u1", "query": "second single"}).memories
     assert hits[0].content == "second single"
+
+
+def test_recall_sees_what_another_process_committed_after_its_snapshot(
+    service: MemoryService, embedder: Embedder
+) -> None:
+    service.add("acme", {"user_id": "u1", "content": "The user prefers green tea"})
+    assert len(service.recall("acme", {"user_id": "u1", "query": "tea"}).memories) == 1  # snapshot taken
+    other = MemoryService(_open(service, 2_000), embedder, service.settings)  # another writer's store
+    try:
+        other.add("acme", {"user_id": "u1", "content": "The user drinks oolong tea on Sundays"})
+    finally:
+        other.close()
+    hits = service.recall("acme", {"user_id": "u1", "query": "tea"}).memories
+    assert sorted(h.content for h in hits) == ["The user drinks oolong tea on Sundays", "The user prefers green tea"]

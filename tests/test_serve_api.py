@@ -187,6 +187,21 @@ def test_the_writer_compacts_the_fragments_new_writes_leave(api, serve_app) -> N
     assert sorted(h["content"] for h in hits) == [f"upkeep note {i}" for i in range(3)]
 
 
+def test_full_compactions_wait_for_their_commits_and_their_gap() -> None:
+    from serve_app.app import FullOptimizeSchedule
+
+    now = [1000.0]
+    schedule = FullOptimizeSchedule(every=3, min_seconds=600, clock=lambda: now[0])
+    assert [schedule.commit() for _ in range(3)] == [False, False, True]  # the first: commits alone
+    assert [schedule.commit() for _ in range(5)] == [False] * 5  # enough commits, too soon
+    now[0] += 600
+    assert schedule.commit(busy=True) is False  # one still running
+    assert schedule.commit() is True
+    assert [schedule.commit() for _ in range(3)] == [False] * 3
+    ungapped = FullOptimizeSchedule(every=2, min_seconds=0, clock=lambda: now[0])
+    assert [ungapped.commit() for _ in range(4)] == [False, True, False, True]
+
+
 def test_consolidation_on_demand_and_schedule(api) -> None:
     c, user = api("globex-admin"), _user()
     c.post("/v1/memories", json={"memories": [

@@ -98,6 +98,9 @@ def test_bm25_follows_the_okapi_formula() -> None:
     assert scores.tolist() == pytest.approx([term(idf_python, 1, 2), term(idf_python, 1, 1), term(idf_tea, 2, 3)])
     assert scoring.bm25(["absent"], docs).tolist() == [0.0, 0.0, 0.0]
     assert scoring.bm25(["x"], []).tolist() == []
+    # A long query (a pasted page, bigrams of a long Chinese sentence) scores what it shares only.
+    long_query = [f"filler{i}" for i in range(20_000)] + ["python", "tea"]
+    assert scoring.bm25(long_query, docs).tolist() == pytest.approx(scoring.bm25(["python", "tea"], docs).tolist())
 
 
 def test_index_terms_are_the_same_from_many_threads() -> None:

@@ -8,6 +8,7 @@ user's rows; keyword search is BM25 over the `keywords` column (see agent_memory
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import threading
@@ -75,18 +76,19 @@ LARGE_SCOPES_KEPT = 10_000
 # the rows of the newer ones taken so far.
 FOLD_RATIO = 4
 _RETRIES = 6
+OPTIMIZE_ATTEMPTS = 10  # waits of 10 ms doubling: about 5 s in all
 # Commit conflicts retried in this process, for the serving layer's metrics.
 commit_retries = 0
 
 
-def _retrying(action: Callable[[], T], what: str) -> T:
-    """Run a commit, retrying on Lance's commit conflicts with a short backoff."""
-    for attempt in range(_RETRIES):
+def _retrying(action: Callable[[], T], what: str, attempts: int = _RETRIES) -> T:
+    """Run a commit, retrying on Lance's commit conflicts with a short backoff (10 ms, doubling)."""
+    for attempt in range(attempts):
         try:
             return action()
         except Exception as exc:  # Lance surfaces conflicts as OSError/RuntimeError with text
             text = str(exc).lower()
-            if attempt + 1 < _RETRIES and ("conflict" in text or "retry" in text or "concurrent" in text):
+            if attempt + 1 < attempts and ("conflict" in text or "retry" in text or "concurrent" in text):
                 global commit_retries
                 commit_retries += 1
                 time.sleep(0.01 * 2**attempt)
@@ -707,12 +709,16 @@ class LanceStore:
         for name in sc.TABLES:
             table = self._tables[name]
             before = self._table_shape(name)
-            table.optimize(cleanup_older_than=retain)
+            # Another process's compaction (the Writer's folds, an import's or a consolidation's
+            # pass) may commit a rewrite of the same fragments meanwhile: Lance then refuses this
+            # one as a retryable conflict, and it is planned again, for up to about 5 s.
+            compact = functools.partial(table.optimize, cleanup_older_than=retain)
+            _retrying(compact, f"optimize {name}", OPTIMIZE_ATTEMPTS)
             report[name] = {"before": before}
             if cluster and name == sc.MEMORIES:
                 report[name]["clustered"] = clustered = self.cluster()
-                if clustered["fragments"]:
-                    table.optimize(cleanup_older_than=retain)  # index the rewritten fragments
+                if clustered["fragments"]:  # index the rewritten fragments
+                    _retrying(compact, f"optimize {name}", OPTIMIZE_ATTEMPTS)
             report[name]["after"] = self._table_shape(name)
         return report
 

@@ -175,3 +175,30 @@ def test_recall_sees_what_another_process_committed_after_its_snapshot(
         other.close()
     hits = service.recall("acme", {"user_id": "u1", "query": "tea"}).memories
     assert sorted(h.content for h in hits) == ["The user drinks oolong tea on Sundays", "The user prefers green tea"]
+
+
+def test_two_processes_compacting_at_once_both_finish(service: MemoryService) -> None:
+    """The Writer's passes, an import's closing compaction and consolidation may overlap: Lance
+    refuses the later of two rewrites of the same fragments, and the store plans it again."""
+    import threading
+
+    stores = [_open(service, 2_000), _open(service, 2_000)]
+    errors: list[BaseException] = []
+
+    def compact(store: LanceStore) -> None:
+        try:
+            store.optimize()
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    for round_ in range(3):
+        service.add_many("acme", [{"user_id": "u1", "content": f"note {round_}-{i}"} for i in range(3)])
+        for i in range(12):  # small fragments for both to compact
+            service.add("acme", {"user_id": "u1", "content": f"fact {round_}-{i}"})
+        threads = [threading.Thread(target=compact, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    assert service.store.table("memories").count_rows() == 3 * 15

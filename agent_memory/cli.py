@@ -152,18 +152,32 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         print("eval needs --history and --questions (or --extraction CASES.jsonl)", file=sys.stderr)
         return EXIT_USAGE
     questions = load_questions(args.questions)
+    args.query_precision = args.query_precision or settings.query_embedding_precision
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
         scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
         with build_service(scratch) as service:
             imported = import_history(service, args.history, mode=args.mode, org_id=args.org_id)
             service.store.optimize()
-            report = evaluate_recall(service, questions, top_k=args.top_k, default_org=args.org_id)
+            if args.query_precision == "fp32":
+                report = evaluate_recall(service, questions, top_k=args.top_k, default_org=args.org_id)
+                report["query_precision"] = getattr(service.embedder, "precision", "fp32")
+            else:
+                # Stored exactly, as every write is; only the questions go through the int8 model.
+                from agent_memory.embedding import build_embedder
+                from agent_memory.service import MemoryService
+
+                queries = build_embedder(settings, threads=settings.query_threads, precision=args.query_precision)
+                with MemoryService(service.store, queries, scratch) as asking:
+                    report = evaluate_recall(asking, questions, top_k=args.top_k, default_org=args.org_id)
+                report["query_precision"] = getattr(queries, "precision", "fp32")  # what the model ran at
     report["history"] = {"messages": imported.messages_logged, "memories": imported.memories_written,
                          "rejected": imported.rows_rejected}
     if args.json:
         _print_json(report)
     else:
         print(format_table(report))
+        if report["query_precision"] != "fp32":
+            print(f"(questions embedded in {report['query_precision']}, memories exactly)")
     return 0
 
 
@@ -339,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extraction", default=None, metavar="CASES", help="score extraction on a cases file instead")
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
+    p.add_argument("--query-precision", default=None, choices=["fp32", "int8"],
+                   help="the questions' model: exact, or int8 as QUERY_EMBEDDING_PRECISION=int8 serves it "
+                        "(default: that setting)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 

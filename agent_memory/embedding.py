@@ -14,9 +14,10 @@ import threading
 import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,10 @@ OPENAI_PREFIX = "openai:"
 # Up to this many texts are embedded in one direct forward pass (queries, small write windows);
 # `encode`'s own batching costs more than it saves there (about 1.5 ms of a 10 ms query on CPU).
 SMALL_BATCH = 8
+# Query vectors of the int8 graph stay this close (cosine) to the exact model's on the probe texts,
+# else the graph is refused. Measured on 200 queries: mean 0.990, lowest 0.977.
+INT8_MIN_COSINE = 0.95
+PRECISIONS = ("fp32", "int8")
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -177,7 +182,7 @@ class SentenceTransformerEmbedder(Embedder):
 
     def __init__(
         self, model: str = BUNDLED_MODEL, device: str = "auto", batch_size: int = 64, cache_size: int = 0,
-        backend: str = "auto", threads: int | None = None,
+        backend: str = "auto", threads: int | None = None, precision: str = "fp32",
     ) -> None:
         super().__init__(cache_size)
         # The bundled model must load with no network; other models may come from a local cache.
@@ -189,6 +194,15 @@ class SentenceTransformerEmbedder(Embedder):
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda" and not torch.cuda.is_available():
             raise UnavailableError("embedding_device is cuda but no CUDA device is available")
+        if backend not in ("auto", "torch", "onnx"):
+            raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
+        if precision not in PRECISIONS:
+            raise InvalidInputError(f"embedding precision must be fp32 or int8, not {precision!r}")
+        if precision == "int8" and backend == "torch":
+            raise InvalidInputError("int8 embedding runs on ONNX Runtime: embedding_backend must be auto or onnx")
+        if precision == "int8" and device != "cpu":
+            log.warning("int8 embedding applies to CPU only: %s runs exactly on %s", model, device)
+            precision = "fp32"
         path = bundled_model_path() if model in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}") else model
         try:
             self.model = SentenceTransformer(path, device=device)
@@ -208,18 +222,17 @@ class SentenceTransformerEmbedder(Embedder):
         self._tokenizing = threading.Lock()
         self._onnx: OnnxEncoder | None = None
         self.backend = "torch"
-        if backend not in ("auto", "torch", "onnx"):
-            raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
+        self.precision = "fp32"
         if backend == "onnx" and device != "cpu":
             log.warning("embedding_backend onnx applies to CPU only: %s runs on torch on %s", model, device)
         elif backend in ("auto", "onnx") and device == "cpu":
             try:
-                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads)
-                self.backend = "onnx"
+                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads, precision)
+                self.backend, self.precision = "onnx", precision
             except Exception as exc:
                 if backend == "onnx":
                     raise UnavailableError(f"cannot run {model!r} on ONNX Runtime: {exc}") from exc
-                log.warning("embedding with torch: %s cannot run on ONNX Runtime (%s)", model, exc)
+                log.warning("embedding with torch (fp32): %s cannot run on ONNX Runtime (%s)", model, exc)
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Encode with the model's own batching; vectors come back normalised."""
@@ -275,11 +288,16 @@ class OnnxEncoder:
         self._tokenizing = lock
 
     @classmethod
-    def for_model(cls, model: Any, path: str, lock: threading.Lock, threads: int | None = None) -> OnnxEncoder:
+    def for_model(
+        cls, model: Any, path: str, lock: threading.Lock, threads: int | None = None, precision: str = "fp32"
+    ) -> OnnxEncoder:
         """Load (or export, then load) the model's graph, and check it against torch on probe texts:
-        a cached graph that no longer matches (weights changed in place) is exported again; a
-        fresh one that does not match is refused, and the caller stays on torch. `threads`: ONNX
-        Runtime's threads per call (by default as many as torch was given)."""
+        a cached graph that no longer matches (weights changed in place) is made again; a fresh one
+        that does not match is refused, and the caller stays on torch. `threads`: ONNX Runtime's
+        threads per call (by default as many as torch was given). `precision` int8: the graph with
+        its matrix weights quantised to int8 (per output channel, activations quantised as they
+        come), made from the exact one: a batch of queries in about 40% of the CPU time, vectors
+        within cosine 0.98-0.99 of the exact ones (see README, "Query precision")."""
         modules = [type(m).__name__ for m in model]
         pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
         if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
@@ -287,13 +305,25 @@ class OnnxEncoder:
         if getattr(model, "default_prompt_name", None):
             raise ValueError("models with a default prompt are not supported")
         graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx"
-        cached = graph.exists()
-        for attempt in ("cached", "fresh") if cached else ("fresh",):
+        exact = cls._cached(model, graph, lambda: _export(model, graph), lock, threads, None)
+        if precision == "fp32":
+            return exact
+        quantized = graph.with_name(f"{graph.stem}-int8.onnx")
+        return cls._cached(model, quantized, lambda: _quantize(graph, quantized), lock, threads, INT8_MIN_COSINE)
+
+    @classmethod
+    def _cached(
+        cls, model: Any, graph: Path, make: Callable[[], None], lock: threading.Lock, threads: int | None,
+        min_cosine: float | None,
+    ) -> OnnxEncoder:
+        """The encoder of `graph` from the cache, made by `make` when missing or when the cached
+        one fails `matches`; a fresh one that fails is an error."""
+        for attempt in ("cached", "fresh") if graph.exists() else ("fresh",):
             try:
                 if attempt == "fresh":
-                    _export(model, graph)
+                    make()
                 encoder = cls._load(model, graph, lock, threads)
-                if encoder.matches(model):
+                if encoder.matches(model, min_cosine):
                     return encoder
                 problem = "does not give the model's vectors"
             except Exception as exc:
@@ -302,8 +332,8 @@ class OnnxEncoder:
                 problem = f"cannot be loaded ({type(exc).__name__})"
             graph.unlink(missing_ok=True)
             if attempt == "cached":
-                log.warning("the cached ONNX graph %s %s: exporting it again", graph, problem)
-        raise ValueError("the exported graph does not give the model's vectors")
+                log.warning("the cached ONNX graph %s %s: making it again", graph, problem)
+        raise ValueError(f"the graph {graph.name} does not give the model's vectors")
 
     @classmethod
     def _load(cls, model: Any, graph: Path, lock: threading.Lock, threads: int | None) -> OnnxEncoder:
@@ -320,8 +350,9 @@ class OnnxEncoder:
         inputs = [i.name for i in session.get_inputs()]
         return cls(session, model.tokenizer, int(model.max_seq_length or 512), inputs, lock)
 
-    def matches(self, model: Any) -> bool:
-        """Whether this graph gives the torch model's vectors on a few texts of different lengths."""
+    def matches(self, model: Any, min_cosine: float | None = None) -> bool:
+        """Whether this graph gives the torch model's vectors on a few texts of different lengths:
+        the same within 1e-4, or with `min_cosine`, at least that close to each of them."""
         import torch
 
         probe = ["probe", "a longer probe sentence about the user's preferences", "用户喜欢喝绿茶"]
@@ -329,7 +360,10 @@ class OnnxEncoder:
             features = model.preprocess(probe)
         with torch.inference_mode():
             expected = torch.nn.functional.normalize(model(features)["sentence_embedding"].float(), dim=1).numpy()
-        return bool(np.abs(self._run(probe) - expected).max() < 1e-4)
+        vectors = self._run(probe)
+        if min_cosine is None:
+            return bool(np.abs(vectors - expected).max() < 1e-4)
+        return bool((vectors * expected).sum(axis=1).min() >= min_cosine)
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Unit vectors in the order of `texts`, in batches of similar lengths (less padding)."""
@@ -374,18 +408,37 @@ def _export(model: Any, graph: Path) -> None:
         def forward(self, *args: Any) -> Any:
             return self.inner(**dict(zip(inputs, args, strict=True))).last_hidden_state
 
-    graph.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=graph.parent, suffix=".partial")
+    axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
+    with _replaced(graph) as partial, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on shapes it fixed; axes stay dynamic
+        torch.onnx.export(
+            Hidden(transformer).eval(), tuple(probe[k] for k in inputs), partial, input_names=inputs,
+            output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
+        )
+
+
+def _quantize(source: Path, graph: Path) -> None:
+    """`source` with its MatMul weights in int8, one scale per output channel (per tensor lost
+    more: cosine 0.957 to the exact vectors on average, against 0.990), written to `graph`."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _replaced(graph) as partial:
+        quantize_dynamic(
+            str(source), partial, weight_type=QuantType.QInt8, per_channel=True,
+            extra_options={"MatMulConstBOnly": True},
+        )
+
+
+@contextmanager
+def _replaced(path: Path) -> Iterator[str]:
+    """A temporary file beside `path` to write, renamed onto `path` when the block succeeds:
+    processes (or containers sharing the cache) making the same file at once never read half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=path.parent, suffix=".partial")
     os.close(handle)
     try:
-        axes = {name: {0: "batch", 1: "tokens"} for name in [*inputs, "hidden"]}
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's notes on shapes it fixed; axes stay dynamic
-            torch.onnx.export(
-                Hidden(transformer).eval(), tuple(probe[k] for k in inputs), partial, input_names=inputs,
-                output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
-            )
-        os.replace(partial, graph)
+        yield partial
+        os.replace(partial, path)
     finally:
         Path(partial).unlink(missing_ok=True)
 
@@ -446,8 +499,9 @@ class OpenAIEmbedder(Embedder):
         return _normalise(np.asarray(out, dtype=np.float32))
 
 
-def build_embedder(settings: Settings, *, threads: int | None = None) -> Embedder:
-    """The embedder the settings name; `threads` per model call on CPU (default: the process's)."""
+def build_embedder(settings: Settings, *, threads: int | None = None, precision: str = "fp32") -> Embedder:
+    """The embedder the settings name; `threads` per model call on CPU (default: the process's);
+    `precision` int8 for a local model on ONNX Runtime (queries; see OnnxEncoder.for_model)."""
     name = settings.embedding_model.strip()
     if not name:
         raise InvalidInputError("embedding_model must not be empty")
@@ -466,4 +520,5 @@ def build_embedder(settings: Settings, *, threads: int | None = None) -> Embedde
         cache_size=settings.embedding_cache_size,
         backend=settings.embedding_backend,
         threads=threads,
+        precision=precision,
     )

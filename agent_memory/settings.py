@@ -79,10 +79,13 @@ class Settings(BaseSettings):
     # deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.
     query_embedding: Literal["auto", "local", "embedder"] = "auto"
     recall_threads: int = Field(default=8, ge=1, le=64)  # concurrent recalls per ingress replica
-    # Threads of each model call of an ingress replica's query model (ONNX Runtime on CPU). With
-    # two, a lone query takes 3.8 ms against 4.6 and a batch of 8 16 ms against 25, for a tenth
-    # more CPU (Ray gives a fractional-CPU replica one thread by default).
-    query_embedding_threads: int = Field(default=2, ge=1, le=64)
+    # `int8`: the ingress's query model with int8 weights (ONNX Runtime on CPU only): a batch of
+    # queries in about 40% of the CPU time, vectors within cosine ~0.99 of the exact model's. What
+    # is stored (writes, imports, re-embedding) is always embedded exactly. See README, "Query precision".
+    query_embedding_precision: Literal["fp32", "int8"] = "fp32"
+    # Threads of each model call of an ingress replica's query model (ONNX Runtime on CPU); unset:
+    # see `query_threads`.
+    query_embedding_threads: int | None = Field(default=None, ge=1, le=64)
     write_window_ms: float = Field(default=5.0, ge=0)
     write_max_rows: int = Field(default=512, ge=1)
     writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
@@ -206,6 +209,17 @@ class Settings(BaseSettings):
         if not (hour.isdigit() and minute.isdigit() and 0 <= int(hour) < 24 and 0 <= int(minute) < 60):
             raise ValueError("consolidation_daily_at must be a UTC time HH:MM, e.g. 03:00")
         return f"{int(hour):02d}:{int(minute):02d}"
+
+    @property
+    def query_threads(self) -> int:
+        """QUERY_EMBEDDING_THREADS, else 2 for the exact query model and 1 for int8. Exact, two
+        threads took a lone query from 4.6 to 3.8 ms and a batch of 8 from 25 to 16 ms, for a tenth
+        more CPU (Ray gives a fractional-CPU replica one thread otherwise); the int8 model's calls
+        are short enough that the second thread cost more CPU than it saved time (8 clients at 200k:
+        89 searches/s with two, 98 with one)."""
+        if self.query_embedding_threads is not None:
+            return self.query_embedding_threads
+        return 1 if self.query_embedding_precision == "int8" else 2
 
     @property
     def llm_configured(self) -> bool:

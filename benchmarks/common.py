@@ -31,11 +31,30 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
+# The packages whose speed the figures depend on: a fresh install takes the newest each range allows.
+VERSIONED = ("ray", "lancedb", "pylance", "pyarrow", "numpy", "onnxruntime", "torch", "transformers", "tokenizers",
+             "fastapi", "starlette", "uvicorn", "pydantic")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of VERSIONED (absent ones left out)."""
+    from importlib import metadata
+
+    found = {}
+    for package in VERSIONED:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """Write benchmarks/results/<name>.json with the machine and date stamped in."""
+    """Write benchmarks/results/<name>.json with the machine, package versions and date stamped in."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    machine = {"cpus": __import__("os").cpu_count(), "python": platform.python_version(), "packages": package_versions()}
     payload = {"benchmark": name, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()}, **payload}
+               "machine": machine, **payload}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return path

@@ -290,7 +290,9 @@ class IngressDeployment:
         queries: Embedder
         if local_queries:
             model = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: build_embedder(settings, threads=settings.query_embedding_threads)
+                None, lambda: build_embedder(
+                    settings, threads=settings.query_threads, precision=settings.query_embedding_precision
+                ),
             )
             batch_sizes = metrics.embed_batch_size()
             queries = BatchingEmbedder(

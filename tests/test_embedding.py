@@ -58,6 +58,41 @@ def test_a_stale_or_broken_cached_graph_is_exported_again(tmp_path, monkeypatch)
     assert np.abs(second.embed_batch(["hello"]) - first.embed_batch(["hello"])).max() < 1e-6
 
 
+def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransformerEmbedder, tmp_path, monkeypatch) -> None:
+    # The int8 graph is made from the exact one, kept beside it in the cache, made again if damaged.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    quick = SentenceTransformerEmbedder(precision="int8")
+    assert (quick.backend, quick.precision, quick.name, quick.dim) == ("onnx", "int8", embedder.name, embedder.dim)
+    graphs = sorted((tmp_path / "agent-memory" / "onnx").glob("*.onnx"))
+    assert [g.name.endswith("-int8.onnx") for g in graphs] == [True, False]
+    queries = [
+        "what does the user drink in the morning", "which editor do they use", "where did they go on holiday",
+        "dietary restrictions", "preferred programming language", "deployment schedule of the team",
+        "who approves refunds", "favourite football club", "allergies", "home city", "用户喜欢吃苹果",
+        "", "word " * 400,
+    ]
+    exact, approximate = embedder.embed_batch(queries), quick.embed_batch(queries)
+    cosines = (exact * approximate).sum(axis=1)
+    assert np.abs(exact - approximate).max() > 1e-3  # another graph indeed, not the exact one again
+    assert cosines.mean() > 0.98 and cosines.min() > 0.95
+    # What recall ranks on: the closest of a few stored (exact) vectors stays the closest.
+    stored = embedder.embed_batch(["I often write code in Python", "I like eating apples", "Refunds need two approvals"])
+    probes = ["what language does the user program in", "favourite fruit", "how are refunds approved"]
+    assert (quick.embed_batch(probes) @ stored.T).argmax(axis=1).tolist() == [0, 1, 2]
+    graphs[0].write_bytes(b"not a graph")
+    again = SentenceTransformerEmbedder(precision="int8")
+    assert again.precision == "int8" and graphs[0].stat().st_size > 1_000_000
+    assert np.abs(again.embed_batch(queries) - approximate).max() < 1e-6
+    # One thread by default for int8 queries (two for exact ones), unless set.
+    assert Settings(_env_file=None, query_embedding_precision="int8").query_threads == 1
+    assert Settings(_env_file=None).query_threads == 2
+    assert Settings(_env_file=None, query_embedding_precision="int8", query_embedding_threads=3).query_threads == 3
+    with pytest.raises(InvalidInputError, match="fp32 or int8"):
+        SentenceTransformerEmbedder(precision="int4")
+    with pytest.raises(InvalidInputError, match="embedding_backend must be auto or onnx"):
+        SentenceTransformerEmbedder(backend="torch", precision="int8")
+
+
 @pytest.fixture
 def openai_server():
     server = EmbeddingsServer()

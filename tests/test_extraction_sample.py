@@ -58,3 +58,19 @@ def test_cli_jobs_show_and_retry(service: MemoryService, tmp_path: Path, capsys:
     assert job["state"] == "succeeded" and job["report"]["attempts"] == 4 and len(job["report"]["created"]) == 1
     assert main(["jobs", "retry", job_id, "--org-id", "acme", "--storage-uri", uri]) == 1  # not failed: refused
     assert main(["jobs", "show", "nope", "--org-id", "acme", "--storage-uri", uri]) == 1
+
+
+def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any) -> None:
+    # Stored exactly, asked through the int8 query model: the same questions find about as much.
+    history, questions = tmp_path / "history.jsonl", tmp_path / "questions.jsonl"
+    for name, path in (("sample_history.jsonl", history), ("sample_questions.jsonl", questions)):
+        lines = (ROOT / "examples" / name).read_text(encoding="utf-8").splitlines()
+        path.write_text("".join(line + "\n" for line in lines if json.loads(line)["user_id"] in USERS), encoding="utf-8")
+    reports = {}
+    for precision in ("fp32", "int8"):
+        args = ["eval", "--history", str(history), "--questions", str(questions), "--json", "--query-precision", precision]
+        assert main([*args, "--storage-uri", str(tmp_path / "db")]) == 0
+        reports[precision] = json.loads(capsys.readouterr().out)
+    assert reports["int8"]["query_precision"] == "int8" and reports["fp32"]["query_precision"] == "fp32"
+    exact, quick = reports["fp32"]["hybrid"], reports["int8"]["hybrid"]
+    assert exact["recall@10"] > 0.5 and abs(quick["recall@10"] - exact["recall@10"]) <= 0.1

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from typing import Any
 
-from agent_memory.errors import AgentMemoryError
+from agent_memory.errors import AgentMemoryError, InvalidInputError
 from agent_memory.settings import Settings
 
 EXIT_USAGE = 2
@@ -152,13 +152,16 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         print("eval needs --history and --questions (or --extraction CASES.jsonl)", file=sys.stderr)
         return EXIT_USAGE
     questions = load_questions(args.questions)
-    args.query_precision = args.query_precision or settings.query_embedding_precision
+    precision = args.query_precision or settings.query_embedding_precision
+    if precision == "int8" and settings.embedding_backend == "torch":  # before the import, not after it
+        raise InvalidInputError("--query-precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
+    asked = settings.model_copy(update={"query_embedding_precision": precision})  # as the ingress runs it
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
         scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
         with build_service(scratch) as service:
             imported = import_history(service, args.history, mode=args.mode, org_id=args.org_id)
             service.store.optimize()
-            if args.query_precision == "fp32":
+            if precision == "fp32":
                 report = evaluate_recall(service, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(service.embedder, "precision", "fp32")
             else:
@@ -166,8 +169,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
                 from agent_memory.embedding import build_embedder
                 from agent_memory.service import MemoryService
 
-                queries = build_embedder(settings, threads=settings.query_threads, precision=args.query_precision)
-                with MemoryService(service.store, queries, scratch) as asking:
+                queries = build_embedder(asked, threads=asked.query_threads, precision=precision)
+                with MemoryService(service.store, queries, scratch, defer_access=False) as asking:
                     report = evaluate_recall(asking, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(queries, "precision", "fp32")  # what the model ran at
     report["history"] = {"messages": imported.messages_logged, "memories": imported.memories_written,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
@@ -79,9 +79,10 @@ class Settings(BaseSettings):
     # deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.
     query_embedding: Literal["auto", "local", "embedder"] = "auto"
     recall_threads: int = Field(default=8, ge=1, le=64)  # concurrent recalls per ingress replica
-    # `int8`: the ingress's query model with int8 weights (ONNX Runtime on CPU only): a batch of
-    # queries in about 40% of the CPU time, vectors within cosine ~0.99 of the exact model's. What
-    # is stored (writes, imports, re-embedding) is always embedded exactly. See README, "Query precision".
+    # `int8`: the ingress's query model with int8 MatMul weights (ONNX Runtime on CPU only): the
+    # model's CPU per query about 40% of the exact graph's, vectors at cosine ~0.99 to the exact
+    # model's. What is stored (writes, imports, re-embedding) is always embedded exactly. See
+    # README, "Query precision".
     query_embedding_precision: Literal["fp32", "int8"] = "fp32"
     # Threads of each model call of an ingress replica's query model (ONNX Runtime on CPU); unset:
     # see `query_threads`.
@@ -201,6 +202,12 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("storage_uri must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _int8_needs_onnx(self) -> Settings:
+        if self.query_embedding_precision == "int8" and self.embedding_backend == "torch":
+            raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
+        return self
 
     @field_validator("consolidation_daily_at")
     @classmethod

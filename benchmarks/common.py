@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -32,8 +33,8 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
 
 
 # The packages whose speed the figures depend on: a fresh install takes the newest each range allows.
-VERSIONED = ("ray", "lancedb", "pylance", "pyarrow", "numpy", "onnxruntime", "torch", "transformers", "tokenizers",
-             "fastapi", "starlette", "uvicorn", "pydantic")
+VERSIONED = ("ray", "lancedb", "pylance", "pyarrow", "numpy", "onnxruntime", "onnx", "torch", "transformers",
+             "tokenizers", "sentence-transformers", "fastapi", "starlette", "uvicorn", "pydantic")
 
 
 def package_versions() -> dict[str, str]:
@@ -52,7 +53,7 @@ def package_versions() -> dict[str, str]:
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     """Write benchmarks/results/<name>.json with the machine, package versions and date stamped in."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    machine = {"cpus": __import__("os").cpu_count(), "python": platform.python_version(), "packages": package_versions()}
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "packages": package_versions()}
     payload = {"benchmark": name, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "machine": machine, **payload}
     path = RESULTS / f"{name}.json"

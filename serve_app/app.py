@@ -458,6 +458,9 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
     scheduler = SchedulerDeployment.options(**options["Scheduler"]).bind(settings)
     mode = settings.query_embedding
     local = mode == "local" or (mode == "auto" and not options["Embedder"]["ray_actor_options"].get("num_gpus"))
+    if not local and settings.query_embedding_precision == "int8":
+        log.warning("query_embedding_precision int8 applies to queries embedded in the ingress; "
+                    "they go to the Embedder deployment here and stay exact")
     return IngressDeployment.options(**options["Ingress"]).bind(settings, writer, embedder, scheduler, local_queries=local)
 
 

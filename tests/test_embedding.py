@@ -59,12 +59,12 @@ def test_a_stale_or_broken_cached_graph_is_exported_again(tmp_path, monkeypatch)
 
 
 def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransformerEmbedder, tmp_path, monkeypatch) -> None:
-    # The int8 graph is made from the exact one, kept beside it in the cache, made again if damaged.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "agent-memory" / "onnx"
     quick = SentenceTransformerEmbedder(precision="int8")
     assert (quick.backend, quick.precision, quick.name, quick.dim) == ("onnx", "int8", embedder.name, embedder.dim)
-    graphs = sorted((tmp_path / "agent-memory" / "onnx").glob("*.onnx"))
-    assert [g.name.endswith("-int8.onnx") for g in graphs] == [True, False]
+    [exact_graph] = [g for g in cache.glob("*.onnx") if "-int8-" not in g.name]
+    [int8_graph] = cache.glob(f"{exact_graph.stem}-int8-*.onnx")
     queries = [
         "what does the user drink in the morning", "which editor do they use", "where did they go on holiday",
         "dietary restrictions", "preferred programming language", "deployment schedule of the team",
@@ -79,14 +79,33 @@ def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransfor
     stored = embedder.embed_batch(["I often write code in Python", "I like eating apples", "Refunds need two approvals"])
     probes = ["what language does the user program in", "favourite fruit", "how are refunds approved"]
     assert (quick.embed_batch(probes) @ stored.T).argmax(axis=1).tolist() == [0, 1, 2]
-    graphs[0].write_bytes(b"not a graph")
+
+    # A healthy cached copy is used as it is; a damaged one is made again.
+    made = int8_graph.stat().st_mtime_ns
+    assert SentenceTransformerEmbedder(precision="int8").precision == "int8" and int8_graph.stat().st_mtime_ns == made
+    int8_graph.write_bytes(b"not a graph")
     again = SentenceTransformerEmbedder(precision="int8")
-    assert again.precision == "int8" and graphs[0].stat().st_size > 1_000_000
+    assert again.precision == "int8" and int8_graph.stat().st_size > 1_000_000
     assert np.abs(again.embed_batch(queries) - approximate).max() < 1e-6
+    # The exact graph exported again (a damaged cache here, new weights elsewhere): a new int8 copy
+    # is made from it, and the old one removed.
+    exact_graph.write_bytes(b"not a graph")
+    assert SentenceTransformerEmbedder(precision="int8").precision == "int8"
+    [remade] = cache.glob(f"{exact_graph.stem}-int8-*.onnx")
+    assert remade != int8_graph and not list(cache.glob("*.partial"))
+
+    # A model whose int8 copy drifts too far runs its queries on the exact graph, not on torch.
+    monkeypatch.setattr("agent_memory.embedding.INT8_MIN_COSINE", 1.01)
+    refused = SentenceTransformerEmbedder(precision="int8")
+    assert (refused.backend, refused.precision) == ("onnx", "fp32")
+    assert np.abs(refused.embed_batch(queries) - exact).max() < 1e-5
+
     # One thread by default for int8 queries (two for exact ones), unless set.
     assert Settings(_env_file=None, query_embedding_precision="int8").query_threads == 1
     assert Settings(_env_file=None).query_threads == 2
     assert Settings(_env_file=None, query_embedding_precision="int8", query_embedding_threads=3).query_threads == 3
+    with pytest.raises(ValueError, match="embedding_backend must be auto or onnx"):
+        Settings(_env_file=None, query_embedding_precision="int8", embedding_backend="torch")
     with pytest.raises(InvalidInputError, match="fp32 or int8"):
         SentenceTransformerEmbedder(precision="int4")
     with pytest.raises(InvalidInputError, match="embedding_backend must be auto or onnx"):

@@ -60,17 +60,22 @@ def test_cli_jobs_show_and_retry(service: MemoryService, tmp_path: Path, capsys:
     assert main(["jobs", "show", "nope", "--org-id", "acme", "--storage-uri", uri]) == 1
 
 
-def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any) -> None:
+def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     # Stored exactly, asked through the int8 query model: the same questions find about as much.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     history, questions = tmp_path / "history.jsonl", tmp_path / "questions.jsonl"
     for name, path in (("sample_history.jsonl", history), ("sample_questions.jsonl", questions)):
         lines = (ROOT / "examples" / name).read_text(encoding="utf-8").splitlines()
         path.write_text("".join(line + "\n" for line in lines if json.loads(line)["user_id"] in USERS), encoding="utf-8")
-    reports = {}
+    reports, int8_graphs = {}, {}
     for precision in ("fp32", "int8"):
-        args = ["eval", "--history", str(history), "--questions", str(questions), "--json", "--query-precision", precision]
-        assert main([*args, "--storage-uri", str(tmp_path / "db")]) == 0
+        assert main(["eval", "--history", str(history), "--questions", str(questions), "--json",
+                     "--query-precision", precision]) == 0
         reports[precision] = json.loads(capsys.readouterr().out)
+        int8_graphs[precision] = list((tmp_path / "cache").rglob("*-int8-*.onnx"))
     assert reports["int8"]["query_precision"] == "int8" and reports["fp32"]["query_precision"] == "fp32"
-    exact, quick = reports["fp32"]["hybrid"], reports["int8"]["hybrid"]
-    assert exact["recall@10"] > 0.5 and abs(quick["recall@10"] - exact["recall@10"]) <= 0.1
+    assert not int8_graphs["fp32"] and len(int8_graphs["int8"]) == 1  # only the int8 run made (and used) it
+    english = {mode: (reports["fp32"]["by_category"]["en"][mode], reports["int8"]["by_category"]["en"][mode])
+               for mode in ("hybrid", "dense")}
+    for exact, quick in english.values():
+        assert exact["recall@10"] > 0.5 and abs(quick["recall@10"] - exact["recall@10"]) <= 0.1

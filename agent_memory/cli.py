@@ -155,7 +155,6 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     precision = args.query_precision or settings.query_embedding_precision
     if precision == "int8" and settings.embedding_backend == "torch":  # before the import, not after it
         raise InvalidInputError("--query-precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
-    asked = settings.model_copy(update={"query_embedding_precision": precision})  # as the ingress runs it
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
         scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
         with build_service(scratch) as service:
@@ -169,7 +168,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
                 from agent_memory.embedding import build_embedder
                 from agent_memory.service import MemoryService
 
-                queries = build_embedder(asked, threads=asked.query_threads, precision=precision)
+                # As the ingress runs it: that precision, and its threads.
+                queries = build_embedder(settings, threads=settings.query_threads_at(precision), precision=precision)
                 with MemoryService(service.store, queries, scratch, defer_access=False) as asking:
                     report = evaluate_recall(asking, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(queries, "precision", "fp32")  # what the model ran at

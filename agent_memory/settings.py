@@ -224,9 +224,13 @@ class Settings(BaseSettings):
         more CPU (Ray gives a fractional-CPU replica one thread otherwise); the int8 model's calls
         are short enough that the second thread cost more CPU than it saved time (8 clients at 200k:
         89 searches/s with two, 98 with one)."""
+        return self.query_threads_at(self.query_embedding_precision)
+
+    def query_threads_at(self, precision: str) -> int:
+        """The query model's threads were it run at `precision` (see `query_threads`)."""
         if self.query_embedding_threads is not None:
             return self.query_embedding_threads
-        return 1 if self.query_embedding_precision == "int8" else 2
+        return 1 if precision == "int8" else 2
 
     @property
     def llm_configured(self) -> bool:

@@ -27,7 +27,7 @@ from agent_memory.history import import_history  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
-from benchmarks.recall_latency import QUERIES, SUBJECTS  # noqa: E402
+from benchmarks.recall_latency import QUERIES, SUBJECTS, query_batches  # noqa: E402
 from storage import LanceStore  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -35,7 +35,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 def cpu_per_query(model: SentenceTransformerEmbedder, batch: int, rounds: int) -> float:
     """CPU milliseconds per query, in batches of `batch` distinct queries (one warm-up batch)."""
-    batches = [[f"{random.Random(i).choice(QUERIES)} {i}-{j}" for j in range(batch)] for i in range(rounds + 1)]
+    batches = query_batches(batch, rounds + 1)
     model.embed_batch(batches[0])
     started = time.process_time()
     for texts in batches[1:]:

@@ -50,6 +50,11 @@ QUERIES = ["what does the user prefer?", "which editor do they use?", "anything 
            "how should answers be formatted?", "which programming language?", "他们讨论了什么"]
 
 
+def query_batches(size: int, count: int) -> list[list[str]]:
+    """`count` batches of `size` distinct queries (the same for every model timed on them)."""
+    return [[f"{random.Random(i).choice(QUERIES)} {i}-{j}" for j in range(size)] for i in range(count)]
+
+
 def build(store: LanceStore, embedder: SentenceTransformerEmbedder, memories: int, users: int, seed: int) -> float:
     rng = random.Random(seed)
     pool = [t.format(s=s) for t in TEMPLATES for s in SUBJECTS]

@@ -37,7 +37,7 @@ from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.text import keyword_text  # noqa: E402
 from benchmarks.common import cpu_by_process, cpu_per_request, summarize, write_result  # noqa: E402
-from benchmarks.recall_latency import QUERIES, SUBJECTS, TEMPLATES  # noqa: E402
+from benchmarks.recall_latency import QUERIES, SUBJECTS, TEMPLATES, query_batches  # noqa: E402
 from storage import LanceStore  # noqa: E402
 from storage.schema import memory_row  # noqa: E402
 
@@ -132,7 +132,7 @@ def http_load(url: str, clients: int, per_client: int, users: int, make_request)
 
 def ceiling(model: SentenceTransformerEmbedder) -> float:
     """Queries/s of the bare model on batches of 8 distinct queries: what bounds any server here."""
-    batches = [[f"{random.Random(i).choice(QUERIES)} {i}-{j}" for j in range(8)] for i in range(60)]
+    batches = query_batches(8, 60)
     model.embed_batch(batches[0])
     started = time.perf_counter()
     for batch in batches:
@@ -208,8 +208,7 @@ def main() -> int:
         results["in_process_recall"] = in_process(store, embedder, settings, args)
         if not args.skip_int8:
             # As the ingress runs it: int8, and its threads (Settings.query_threads).
-            quick = SentenceTransformerEmbedder(cache_size=0, precision="int8", threads=settings.model_copy(
-                update={"query_embedding_precision": "int8"}).query_threads)
+            quick = SentenceTransformerEmbedder(cache_size=0, precision="int8", threads=settings.query_threads_at("int8"))
             results["int8"] = {"embedding_ceiling_qps": ceiling(quick),
                                "in_process_recall": in_process(store, quick, settings, args)}
             del quick

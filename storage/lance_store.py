@@ -17,7 +17,7 @@ import uuid
 import warnings
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import lancedb
@@ -75,6 +75,8 @@ LARGE_SCOPES_KEPT = 10_000
 # fold_new_rows: an older uncovered fragment joins a fold while it holds at most this many times
 # the rows of the newer ones taken so far.
 FOLD_RATIO = 4
+# The job kind that writes down an access fold before it changes anything (fold_access).
+FOLD_KIND = "access_fold"
 _RETRIES = 6
 OPTIMIZE_ATTEMPTS = 10  # waits of 10 ms doubling: about 5 s in all
 # Commit conflicts retried in this process, for the serving layer's metrics.
@@ -473,8 +475,14 @@ class LanceStore:
         rows, and written in one partial-column merge (ids found in the org's rows only). Hits of
         rows deleted, merged or expired before the fold are dropped with the log. Only the
         flushes read here are dropped: hits logged meanwhile wait for the next fold.
+
+        The merge and the drop are commits to two tables. Between them, a crash would leave hits
+        both in the rows and in the log, and the next fold would count them twice; so each org's
+        fold is first written down as a job (kind `access_fold`) holding the counts it sets, not
+        the hits it adds, and removed when done. A fold finds the ones left behind and finishes them
+        first: setting the same counts again changes nothing, and the drop happens once.
         """
-        log_table = self._tables[sc.ACCESS]
+        updated = sum(self._finish_fold(job) for job in self._unfinished_folds(org_id))
         scope = None
         if org_id is not None:
             scope = Where().eq("org_id", org_id)
@@ -482,10 +490,19 @@ class LanceStore:
                 scope.eq("user_id", user_id)
         logged = self._read(sc.ACCESS, scope, ["org_id", "memory_id", "count", "at", "flush_id"])
         if logged.num_rows == 0:
-            return 0
+            return updated
+        for job in self._plan_folds(logged, user_id):
+            updated += self._finish_fold(job)
+        return updated
+
+    def _unfinished_folds(self, org_id: str | None) -> list[dict[str, Any]]:
+        where = (Where().eq("org_id", org_id) if org_id is not None else Where()).eq("kind", FOLD_KIND).eq("state", "running")
+        return sorted((sc.job_dict(r) for r in self._rows(sc.JOBS, where)), key=lambda job: job["created_at"])
+
+    def _plan_folds(self, logged: pa.Table, user_id: str | None) -> list[dict[str, Any]]:
+        """Per org, the counts the fold of `logged` sets, written down as a running job before any change."""
         totals = _hit_totals(logged)
-        memories = self._tables[sc.MEMORIES]
-        updated = 0
+        jobs = []
         for org in sorted(pc.unique(totals.column("org_id")).to_pylist()):
             rows = Where().eq("org_id", org).eq("status", "active")
             if user_id is not None:
@@ -493,24 +510,51 @@ class LanceStore:
             stored = self._read(sc.MEMORIES, rows, ["id", "access_count", "last_accessed_at"])
             hits = totals.filter(pc.equal(totals.column("org_id"), org))
             joined = hits.join(stored, keys="memory_id", right_keys="id", join_type="inner")
-            if joined.num_rows == 0:
-                continue
-            last = joined.column("at_max")
-            before = pc.coalesce(joined.column("last_accessed_at"), last)
-            changes = pa.table({
-                "id": joined.column("memory_id"),
-                "access_count": pc.add(joined.column("access_count"), joined.column("count_sum")),
-                # (no element-wise max for zoned timestamps: compared as microseconds)
-                "last_accessed_at": pc.max_element_wise(before.cast(pa.int64()), last.cast(pa.int64())).cast(last.type),
+            # (no element-wise max for zoned timestamps: compared as microseconds)
+            last = joined.column("at_max").cast(sc.TIMESTAMP).cast(pa.int64())
+            before = pc.coalesce(joined.column("last_accessed_at").cast(pa.int64()), last)
+            now = datetime.now(tz=timezone.utc)
+            jobs.append({
+                "id": f"fold-{uuid.uuid4().hex}", "org_id": org, "user_id": user_id, "kind": FOLD_KIND,
+                "state": "running", "progress": 0.0, "created_at": now, "updated_at": now, "error": None,
+                "report": {
+                    "flush_ids": sorted(pc.unique(logged.filter(pc.equal(logged.column("org_id"), org))
+                                                  .column("flush_id")).to_pylist()),
+                    "ids": joined.column("memory_id").to_pylist(),
+                    "access_count": pc.add(joined.column("access_count"), joined.column("count_sum")).to_pylist(),
+                    "last_accessed_at_us": pc.max_element_wise(before, last).to_pylist(),
+                },
             })
-            # Matched rows only, and only these two columns: a row deleted since is not brought
-            # back, and one merged or expired since keeps its status.
-            result = _retrying(
-                lambda c=changes: memories.merge_insert("id").when_matched_update_all().execute(c), "fold access"
-            )
-            updated += int(getattr(result, "num_updated_rows", 0) or 0)
-        folded = (scope or Where()).isin("flush_id", sorted(pc.unique(logged.column("flush_id")).to_pylist()))
-        _retrying(lambda: log_table.delete(folded.render()), "drop folded access")
+            self.put_job(org, jobs[-1])
+        return jobs
+
+    def _merge_fold(self, job: dict[str, Any]) -> int:
+        """Set the counts a fold job holds (again, after a crash: the same values); the rows updated."""
+        report = job["report"]
+        if not report["ids"]:
+            return 0
+        changes = pa.table({
+            "id": pa.array(report["ids"], pa.string()),
+            "access_count": pa.array(report["access_count"], pa.int64()),
+            "last_accessed_at": pa.array(report["last_accessed_at_us"], pa.int64()).cast(sc.TIMESTAMP),
+        })
+        # Matched rows only, and only these two columns: a row deleted since is not brought
+        # back, and one merged or expired since keeps its status.
+        memories = self._tables[sc.MEMORIES]
+        result = _retrying(lambda: memories.merge_insert("id").when_matched_update_all().execute(changes), "fold access")
+        return int(getattr(result, "num_updated_rows", 0) or 0)
+
+    def _finish_fold(self, job: dict[str, Any]) -> int:
+        """Merge a fold job's counts, drop the flushes it folded from the log, then the job."""
+        updated = self._merge_fold(job)
+        folded = Where().eq("org_id", job["org_id"])
+        if job.get("user_id") is not None:
+            folded.eq("user_id", job["user_id"])
+        folded.isin("flush_id", job["report"]["flush_ids"])
+        _retrying(lambda: self._tables[sc.ACCESS].delete(folded.render()), "drop folded access")
+        # Done: the plan goes (the consolidation run's report counts the rows folded).
+        done = Where().eq("org_id", job["org_id"]).eq("id", job["id"])
+        _retrying(lambda: self._tables[sc.JOBS].delete(done.render()), "close access fold")
         return updated
 
     # -- events, messages, jobs ----------------------------------------------------------------

@@ -206,6 +206,31 @@ def test_access_is_logged_then_folded_and_never_resurrects(service: MemoryServic
     assert service.store.fold_access("acme") == 0
 
 
+def test_a_fold_cut_short_is_finished_once_by_the_next(service: MemoryService) -> None:
+    first = service.add("acme", {"user_id": "u1", "content": "likes hiking in the Alps"})
+    other = service.add("globex", {"user_id": "u1", "content": "likes hiking in Norway"})
+    for org in ("acme", "globex"):
+        service.recall(org, {"user_id": "u1", "query": "hiking"})
+    service.access.flush()
+    store = service.store
+    logged = store._read("access", None, ["org_id", "memory_id", "count", "at", "flush_id"])
+    # A fold that wrote down its plan, merged acme's counts, then stopped (a crash) before it
+    # dropped the folded hits from the log, and before it touched globex at all.
+    acme, globex = store._plan_folds(logged, None)
+    assert (acme["org_id"], globex["org_id"]) == ("acme", "globex")
+    assert store._merge_fold(acme) == 1
+    assert store.get_memories(U, [first])[0].access_count == 1
+    assert store.pending_access(U) != {}  # the hits are in both places until the fold is finished
+    assert store.get_job("acme", acme["id"])["state"] == "running"
+    service.recall("acme", {"user_id": "u1", "query": "Alps"})  # a hit logged after the crash
+    service.access.flush()
+    assert store.fold_access() == 3  # acme's and globex's counts set (again), then the later hit
+    assert store.get_memories(U, [first])[0].access_count == 2  # 1 folded once, and the later one
+    assert store.get_memories(Scope.user("globex", "u1"), [other])[0].access_count == 1
+    assert store.pending_access(U) == {} and store.fold_access() == 0
+    assert store.get_job("acme", acme["id"]) is None and store.get_job("globex", globex["id"]) is None
+
+
 def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() -> None:
     flushed: list[dict[str, int]] = []
     recorder = AccessRecorder(lambda org, counts, at: flushed.append(dict(counts)) or len(counts),

@@ -11,8 +11,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import yaml
 
 from agent_memory.settings import Settings
+from serve_app.config import DEPLOYMENTS
 from tests.openai_embeddings_server import EmbeddingsServer
 
 PREFIX = "/degrading"
@@ -25,9 +27,16 @@ def degrading(serve_app: dict[str, object], tmp_path_factory: pytest.TempPathFac
     from serve_app.app import build
 
     server = EmbeddingsServer()
+    root = tmp_path_factory.mktemp("degrading")
+    # One replica each, reserving no CPU: the session's app (autoscaled by the load tests) and
+    # the jobs may hold all of Ray's 2 CPUs; the replicas still run, these are scheduling tokens.
+    config = root / "serve_config.yaml"
+    config.write_text(yaml.safe_dump({"applications": [{"deployments": [
+        {"name": name, "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}} for name in DEPLOYMENTS
+    ]}]}))
     settings = Settings(  # type: ignore[call-arg]
-        storage_uri=str(tmp_path_factory.mktemp("degrading") / "lancedb"), embedding_model="openai:test-embed",
-        embedding_base_url=server.url, embedder_timeout_s=1.0, _env_file=None,
+        storage_uri=str(root / "lancedb"), embedding_model="openai:test-embed", embedding_base_url=server.url,
+        embedder_timeout_s=1.0, serve_config=config, _env_file=None,
     )
     serve.run(build(settings), name="degrading", route_prefix=PREFIX)
     client = httpx.Client(base_url=f"{serve_app['url']}{PREFIX}", timeout=60)

@@ -281,3 +281,56 @@ def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capsys) -> None
     assert main(["serve", "--port", port, "--storage-uri", str(tmp_path / "lancedb")]) == 2
     assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
     assert not (tmp_path / "lancedb").exists()  # refused before anything started or was written
+
+
+# Values that break naive handlers: wrong types, extremes, empty and oversized, odd characters.
+ODD_VALUES = [None, 0, -1, 10**40, 1e308, -0.5, True, "", " ", "x" * 20_000, "💥", "a\x00b", "'; DROP TABLE memories; --",
+              "用户' OR '1'='1", "2026-13-45T99:99:99", [], [1, "a", None], {}, {"$gt": ""}, {"nested": {"deep": [{}]}}]
+
+
+def _mutations(body: dict, rng) -> list:
+    """Bodies that differ from a valid one by one field (odd value, or gone), one extra field, or shape."""
+    out: list = []
+    for key in body:
+        out.extend({**body, key: value} for value in rng.sample(ODD_VALUES, 6))
+        out.append({k: v for k, v in body.items() if k != key})
+    out += [{**body, "unexpected": rng.choice(ODD_VALUES)}, [body], "text", 42, None]
+    return out
+
+
+def test_no_input_answers_500(api) -> None:
+    import random
+
+    rng = random.Random(7)
+    c = api()
+    user = _user()
+    kept = c.post("/v1/memories", json={"user_id": user, "content": "a memory to patch"}).json()["ids"][0]
+    write = {"user_id": user, "content": "likes tea", "memory_type": "semantic", "importance": 0.5,
+             "metadata": {"k": "v"}, "team_id": "t1", "expires_at": "2030-01-01T00:00:00Z"}
+    calls: list[tuple[str, str, dict]] = []
+    calls += [("post", "/v1/memories", {"json": b}) for b in _mutations(write, rng)]
+    calls += [("post", "/v1/memories", {"json": {"memories": [b]}}) for b in _mutations(write, rng)[::3]]
+    search = {"user_id": user, "query": "tea", "top_k": 5, "mode": "hybrid", "memory_types": ["semantic"],
+              "filters": {"k": "v"}, "since": "2026-01-01T00:00:00Z", "min_score": 0.1, "scope": "user"}
+    calls += [("post", "/v1/memories/search", {"json": b}) for b in _mutations(search, rng)]
+    patch = {"content": "likes green tea", "importance": 0.9, "metadata": {"k": "w"}}
+    calls += [("patch", f"/v1/memories/{kept}", {"params": {"user_id": user}, "json": b}) for b in _mutations(patch, rng)]
+    turn = {"user_id": user, "session_id": "s1", "messages": [{"role": "user", "content": "I like tea"}]}
+    calls += [("post", "/v1/conversations", {"json": b}) for b in _mutations(turn, rng)[::2]]
+    for value in ["", "💥", "a" * 2000, "../../etc/passwd", "%00", "-1", "1e308"]:
+        calls += [
+            ("get", "/v1/memories", {"params": {"user_id": value, "limit": value, "cursor": value, "status": value}}),
+            ("get", f"/v1/memories/{value}", {"params": {"user_id": value}}),
+            ("get", f"/v1/memories/{value}/history", {"params": {"user_id": value}}),
+            ("get", f"/v1/sessions/{value}/messages", {"params": {"user_id": value, "last": value}}),
+            ("get", f"/v1/jobs/{value}", {}),
+        ]
+    for method, path, kwargs in calls:
+        r = getattr(c, method)(path, **kwargs)
+        assert r.status_code < 500, f"{method} {path} {kwargs}: {r.status_code} {r.text[:300]}"
+        if r.status_code >= 400:
+            assert set(r.json()["error"]) == {"code", "message"}, r.text
+    # The odd writes that were valid are stored whole, once each: nothing half-written.
+    listed = c.get("/v1/memories", params={"user_id": user, "limit": 1000}).json()["memories"]
+    assert len({m["id"] for m in listed}) == len(listed)
+    assert all(m["content"] for m in listed)

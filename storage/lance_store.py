@@ -17,7 +17,7 @@ import uuid
 import warnings
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import lancedb
@@ -28,7 +28,7 @@ from lancedb.index import FTS, Bitmap, BTree, LabelList
 
 from agent_memory import scoring
 from agent_memory.errors import ConflictError, InvalidInputError, UnavailableError
-from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope
+from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope, utcnow
 from agent_memory.settings import Settings
 from agent_memory.store import Candidate, Page, Pool, RecallFilter, Retrieved
 from agent_memory.text import index_terms
@@ -513,7 +513,7 @@ class LanceStore:
             # (no element-wise max for zoned timestamps: compared as microseconds)
             last = joined.column("at_max").cast(sc.TIMESTAMP).cast(pa.int64())
             before = pc.coalesce(joined.column("last_accessed_at").cast(pa.int64()), last)
-            now = datetime.now(tz=timezone.utc)
+            now = utcnow()
             jobs.append({
                 "id": f"fold-{uuid.uuid4().hex}", "org_id": org, "user_id": user_id, "kind": FOLD_KIND,
                 "state": "running", "progress": 0.0, "created_at": now, "updated_at": now, "error": None,

@@ -121,6 +121,13 @@ def cmd_reembed(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.reindex import reindex
+
+    _print_json(reindex(settings, org_id=args.org_id, dry_run=args.dry_run))
+    return 0
+
+
 def cmd_eval_extraction(args: argparse.Namespace, settings: Settings) -> int:
     """`eval --extraction`: precision and recall of the rules extractor, and of the LLM when configured."""
     from agent_memory.evaluation import evaluate_extraction, format_extraction_table, load_extraction_cases
@@ -349,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="sentence-transformers name or path, or openai:<model>")
     p.add_argument("--engine", default="ray", choices=["ray", "local"])
     p.set_defaults(func=cmd_reembed)
+
+    p = data_command("reindex", "rebuild every memory's index text, keywords and (where its text changed) vector "
+                                "as this version writes them; safe while the service runs")
+    p.add_argument("--dry-run", action="store_true", help="count what would change; write nothing")
+    p.set_defaults(func=cmd_reindex, org_id=None)
 
     p = data_command("eval", "recall@k and MRR on a labelled set, in a temporary store")
     p.add_argument("--history", default=None)

@@ -11,16 +11,15 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SAMPLE = EXAMPLES / "sample_history.jsonl"
 
 
-def sample_questions(per_language: int = 2) -> list[tuple[str, str, str]]:
-    """A few labelled questions of each language from the shipped evaluation set."""
-    from agent_memory.evaluation import load_questions
-
-    picked: dict[str, list[tuple[str, str, str]]] = {}
-    for item in load_questions(EXAMPLES / "sample_questions.jsonl"):
-        bucket = picked.setdefault(item.get("category", "all"), [])
-        if len(bucket) < per_language and item.get("kind") in ("preference", "flip", "identity"):
-            bucket.append((item.get("org_id", "default"), item["user_id"], item["question"]))
-    return [q for bucket in picked.values() for q in bucket]
+# Questions of the sample that `make run` asks once the server is up (tests check that each finds
+# its evidence first): preferences, a pet and a family, in English and Chinese.
+DEMO_QUESTIONS = (
+    ("u01", "Which code editor does the user use?"),
+    ("u01", "Which editor does the user use?"),
+    ("u01", "What pet does Caroline have?"),
+    ("u19", "王芳后端一般用什么语言写？"),
+    ("u19", "王芳的家庭情况是怎样的？"),
+)
 
 
 def load_sample(settings: Settings) -> None:
@@ -40,16 +39,19 @@ def load_sample(settings: Settings) -> None:
 
 
 def show_recall(url: str) -> None:
-    """Ask the running server a few of the sample's questions over HTTP."""
+    """Ask the running server the demo's questions over HTTP."""
     import httpx
 
     with httpx.Client(base_url=url, timeout=30) as client:
-        for _org, user, question in sample_questions():
+        for user, question in DEMO_QUESTIONS:
             body = {"user_id": user, "query": question, "top_k": 3}
             response = client.post("/v1/memories/search", json=body)
             print(f"[{user}] {question}")
-            for hit in response.json().get("memories", []):
+            hits = response.json().get("memories", [])
+            for hit in hits:
                 print(f"  {hit['score']:.3f}  {hit['content']}")
+            if not hits:
+                print("  (nothing above the noise floor)")
 
 
 def main() -> int:

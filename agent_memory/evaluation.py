@@ -59,28 +59,56 @@ def _mean(rows: Iterable[dict[str, float]]) -> dict[str, float]:
     return {k: round(sum(r[k] for r in rows) / len(rows), 4) if rows else 0.0 for k in keys}
 
 
-def evaluate_recall(service: Any, questions: list[dict[str, Any]], *, top_k: int = 10, default_org: str = "default") -> dict[str, Any]:
-    """Ask every question as its user in every mode and average the metrics, overall and by category."""
+def evaluate_recall(
+    service: Any, questions: list[dict[str, Any]], *, top_k: int = 10, default_org: str = "default",
+    floors: Iterable[float] = (),
+) -> dict[str, Any]:
+    """Ask every question as its user in every mode and average the metrics, overall and by category.
+
+    Ranking is measured with the noise floor off (`min_score` 0). `floor` reports, for the floor
+    the settings configure (and each of `floors`), the share of hybrid evidence hits in the top
+    `top_k` that score under it (the floor would have cut them), the same share of the other hits,
+    and the share of questions it would leave with no answer.
+    """
     depth = max(top_k, 10)
     per_mode: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     by_category: dict[str, dict[str, list[dict[str, float]]]] = {}
+    evidence_scores: list[float] = []
+    other_scores: list[float] = []
+    best_scores: list[float] = []
     for item in questions:
         org_id = item.get("org_id") or default_org
         evidence = set(item["evidence"])
         category = str(item.get("category") or "all")
         bucket = by_category.setdefault(category, {m: [] for m in MODES})
         for mode in MODES:
-            result = service.recall(org_id, {"user_id": item["user_id"], "query": item["question"], "top_k": depth, "mode": mode})
+            result = service.recall(org_id, {"user_id": item["user_id"], "query": item["question"], "top_k": depth,
+                                             "mode": mode, "min_score": 0})
             ranked = [hit.source_ids for hit in result.memories]
             metrics = _metrics(ranked, evidence, top_k)
             per_mode[mode].append(metrics)
             bucket[mode].append(metrics)
+            if mode == "hybrid":
+                hits = result.memories[:top_k]
+                best_scores.append(hits[0].score if hits else 0.0)
+                for hit in hits:
+                    (evidence_scores if evidence & set(hit.source_ids) else other_scores).append(hit.score)
     report: dict[str, Any] = {m: _mean(per_mode[m]) for m in MODES}
     report["questions"] = len(questions)
     report["by_category"] = {
         category: {**{m: _mean(rows[m]) for m in MODES}, "questions": len(rows["hybrid"])}
         for category, rows in sorted(by_category.items())
     }
+    configured = float(service.settings.recall_min_score)
+
+    def cut(floor: float) -> dict[str, float]:
+        return {"min_score": floor,
+                "evidence_hits_cut": _ratio(sum(s < floor for s in evidence_scores), len(evidence_scores)) if evidence_scores else 0.0,
+                "other_hits_cut": _ratio(sum(s < floor for s in other_scores), len(other_scores)),
+                "empty_answers": _ratio(sum(s < floor for s in best_scores), len(best_scores))}
+
+    report["floor"] = {**cut(configured), "evidence_hits": len(evidence_scores),
+                       "others": [cut(f) for f in sorted(set(floors) - {configured})]}
     return report
 
 
@@ -93,6 +121,11 @@ def format_table(report: dict[str, Any]) -> str:
         for mode in MODES:
             m = section[mode]
             lines.append(f"{name:<10} {mode:<8} {m['recall@5']:>9.3f} {m['recall@10']:>10.3f} {m['mrr']:>7.3f}  {count}")
+    floor = report.get("floor")
+    if floor:
+        lines.append(f"(ranked with no noise floor; min_score {floor['min_score']:.2f} would cut "
+                     f"{floor['evidence_hits_cut']:.1%} of the {floor['evidence_hits']} hybrid evidence hits in the top 10 "
+                     f"and leave {floor['empty_answers']:.1%} of the questions with no answer)")
     return "\n".join(lines)
 
 

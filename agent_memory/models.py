@@ -144,9 +144,38 @@ class MemoryFields(_Input):
 class NewMemory(MemoryFields):
     """A memory to write, as an agent or a job sends it."""
 
-    # Set by extraction and import, not by HTTP clients: provenance and search context.
+    # Set by extraction and import, not by HTTP clients: provenance, search context (the turns
+    # before a conversation turn, for keywords only) and the turn's speaker (searched with it).
     source_ids: list[str] = Field(default_factory=list)
     context: str | None = None
+    speaker: str | None = None
+
+
+def index_text_of(content: str, context: str | None = None, speaker: str | None = None) -> str:
+    """A memory's index text: the context (lines of earlier turns), then "speaker: content"."""
+    own = f"{speaker}: {content}" if speaker else content
+    return f"{context}\n{own}" if context else own
+
+
+def index_parts(index_text: str, content: str) -> tuple[str | None, str]:
+    """(context, the memory with its speaker) of an index text that `index_text_of` wrote.
+
+    The memory's own part is the last line before its content, with the content: a speaker name
+    holds no line break. An index text that does not end with the content is all the memory's own.
+    """
+    if not index_text.endswith(content):
+        return None, index_text
+    head = index_text[: len(index_text) - len(content)]
+    context, _, speaker = head.rpartition("\n")
+    return context or None, speaker + content
+
+
+def speaker_name(name: str | None) -> str | None:
+    """A speaker's name as index texts hold it: one line, no separator inside."""
+    if not name:
+        return None
+    cleaned = " ".join(name.replace(":", " ").split())
+    return cleaned or None
 
 
 class MemoryPatch(_Input):
@@ -169,6 +198,8 @@ class MemoryRecord(BaseModel):
     agent_id: str | None = None
     session_id: str | None = None
     content: str
+    # What search reads: the context lines, then the memory as "speaker: content" (see
+    # `index_parts`). The vector embeds the memory alone; the keywords also hold the context.
     index_text: str
     memory_type: MemoryType
     importance: float
@@ -190,6 +221,11 @@ class MemoryRecord(BaseModel):
     oov: float = 0.0
     origin_hash: str = ""
     vector: list[float] | None = None
+
+    @property
+    def vector_text(self) -> str:
+        """The text the vector embeds: the memory with its speaker, without context."""
+        return index_parts(self.index_text, self.content)[1]
 
     def public(self) -> dict[str, Any]:
         """The JSON shape the API returns for one memory."""

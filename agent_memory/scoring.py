@@ -39,8 +39,8 @@ class ScoreArrays:
 class Weights:
     """Weights of the fused score; only their ratios matter."""
 
-    semantic: float = 0.55
-    keyword: float = 0.30
+    semantic: float = 0.50
+    keyword: float = 0.40
     recency: float = 0.08
     importance: float = 0.07
 
@@ -69,29 +69,55 @@ def recency(created_at: np.ndarray, now: float, half_life_days: float) -> np.nda
     return np.exp(-math.log(2) * age_days / half_life_days)
 
 
-def semantic(cosine: np.ndarray) -> np.ndarray:
-    """Cosine similarity of unit vectors mapped to 0..1 (unrelated texts sit near 0; NaN, not
-    found by the vector retriever, is 0)."""
-    return np.clip(np.nan_to_num(np.asarray(cosine, dtype=np.float64), nan=0.0), 0.0, 1.0)
+def semantic(cosine: np.ndarray, scale: float = 0.0) -> np.ndarray:
+    """Cosine similarity relative to the best of the pool, 0..1; a best match under `scale` counts
+    as that weak (the best of unrelated texts is not made a perfect match). NaN, not found by the
+    vector retriever, is 0."""
+    values = np.clip(np.nan_to_num(np.asarray(cosine, dtype=np.float64), nan=0.0), 0.0, 1.0)
+    top = max(float(values.max()) if values.size else 0.0, scale)
+    return values / top if top > 0 else values
 
 
-def keyword_scores(bm25: np.ndarray) -> np.ndarray:
-    """BM25 scores relative to the best match of this query, 0..1 (NaN, not found, is 0)."""
+def keyword_scores(bm25: np.ndarray, idf_mass: float | None = None, share: float = 0.0) -> np.ndarray:
+    """BM25 relative to the best match of this query, 0..1 (NaN, not found, is 0).
+
+    With the query's `idf_mass` (about the BM25 of a document of average length holding each query
+    term found once), the scale is at least `share` of it: a best match that holds only the
+    query's common words ("use", "user") while rarer ones occur elsewhere stays weak instead of
+    becoming 1.
+    """
     scores = np.nan_to_num(np.asarray(bm25, dtype=np.float64), nan=0.0)
     top = scores.max() if scores.size else 0.0
-    return scores / top if top > 0 else np.zeros_like(scores)
+    if idf_mass is not None:
+        top = max(top, share * idf_mass)
+    return np.minimum(scores / top, 1.0) if top > 0 else np.zeros_like(scores)
 
 
+# Recency and importance count in full for a memory at least this relevant (the weighted mean of
+# its semantic and keyword scores), in proportion below it.
+FULL_PRIOR_RELEVANCE = 0.25
 BM25_K1 = 1.2
 BM25_B = 0.75
 
 
 def bm25(query: Sequence[str], documents: Sequence[Sequence[str]]) -> np.ndarray:
-    """Okapi BM25 of each document for the query terms, with the statistics of `documents` alone.
+    """Okapi BM25 of each document for the query terms, with the statistics of `documents` alone."""
+    return bm25_with_mass(query, documents)[0]
 
-    The formula of the store's full-text index (idf = ln(1 + (N - n + 0.5) / (n + 0.5)), k1 1.2,
-    b 0.75); a query term counts once however often it is asked. One pass over the documents'
-    terms, whatever the query's length; the arrays hold only the query terms that occur.
+
+def idf(n: int, df: np.ndarray | int) -> np.ndarray:
+    """The full-text index's idf: ln(1 + (N - n + 0.5) / (n + 0.5))."""
+    return np.log(1 + (n - np.asarray(df, dtype=np.float64) + 0.5) / (np.asarray(df, dtype=np.float64) + 0.5))
+
+
+def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> tuple[np.ndarray, float]:
+    """BM25 of each document, and the query's idf mass: the sum of the idf of the query terms that
+    occur in the documents (see `keyword_scores`).
+
+    The formula of the store's full-text index (k1 1.2, b 0.75); a query term counts once however
+    often it is asked. One pass over the documents' terms, whatever the query's length; the arrays
+    hold only the query terms that occur. Terms no document holds add nothing: in Chinese most are
+    bigrams across word boundaries (什么语 gives 么语), which say nothing of what was asked.
     """
     n = len(documents)
     wanted = set(query)
@@ -104,14 +130,13 @@ def bm25(query: Sequence[str], documents: Sequence[Sequence[str]]) -> np.ndarray
                 rows.append(i)
                 columns.append(column.setdefault(term, len(column)))
     if not rows:
-        return np.zeros(n)
+        return np.zeros(n), 0.0
     tf = np.zeros((n, len(column)))
     np.add.at(tf, (rows, columns), 1.0)
     lengths = np.fromiter((len(d) for d in documents), dtype=np.float64, count=n)
     norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (lengths.mean() or 1.0))
-    df = np.count_nonzero(tf, axis=0)
-    idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
-    return (idf * tf * (BM25_K1 + 1) / (tf + norm[:, None])).sum(axis=1)
+    weights = idf(n, np.count_nonzero(tf, axis=0))
+    return (weights * tf * (BM25_K1 + 1) / (tf + norm[:, None])).sum(axis=1), float(weights.sum())
 
 
 def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) -> np.ndarray:
@@ -121,13 +146,20 @@ def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) 
 
 
 def fuse(parts: ScoreArrays, weights: Weights, readable: np.ndarray | float = 1.0) -> np.ndarray:
-    """The weighted mean of the score components, in 0..1."""
+    """The weighted mean of the score components, in 0..1; recency and importance count in full
+    only for a memory whose relevance (the weighted mean of semantic and keyword) reaches
+    `FULL_PRIOR_RELEVANCE`, and in proportion below it.
+
+    Recency and importance order the memories that match; they do not make one that does not
+    match score: a fresh memory that shares nothing with the query scores near 0, so one absolute
+    floor (`recall_min_score`) tells noise from a match whatever the memory's age and importance.
+    With no relevance weight at all (only recency or importance configured) they count in full.
+    """
     w_sem = weights.semantic * np.asarray(readable, dtype=np.float64)
     total = w_sem + weights.keyword + weights.recency + weights.importance
-    value = (
-        w_sem * parts.semantic
-        + weights.keyword * parts.keyword
-        + weights.recency * parts.recency
-        + weights.importance * parts.importance
-    )
+    matched = w_sem * parts.semantic + weights.keyword * parts.keyword
+    share = w_sem + weights.keyword
+    relevance = np.where(share > 0, matched / np.where(share > 0, share, 1.0), 1.0)
+    prior = np.minimum(1.0, relevance / FULL_PRIOR_RELEVANCE)
+    value = matched + prior * (weights.recency * parts.recency + weights.importance * parts.importance)
     return np.where(total > 0, value / np.where(total > 0, total, 1.0), 0.0)

@@ -38,13 +38,16 @@ from agent_memory.models import (
     SearchQuery,
     as_utc,
     check_identifier,
+    index_parts,
+    index_text_of,
     parse_input,
+    speaker_name,
     utcnow,
 )
 from agent_memory.redaction import Redactor
 from agent_memory.settings import Settings
 from agent_memory.store import MemoryStore, Page, Pool, RecallFilter
-from agent_memory.text import keyword_text, terms
+from agent_memory.text import field_text, keyword_text, terms
 
 log = logging.getLogger(__name__)
 OnConflict = Literal["error", "skip"]
@@ -147,7 +150,7 @@ class MemoryService:
             natural_key=[item.agent_id, item.session_id, item.team_id, item.memory_type, content, origin["created_at"]],
         )
         created = item.created_at or now
-        index_text, keywords = self._index(content, context)
+        index_text, keywords = self._index(content, context, speaker_name(item.speaker))
         return MemoryRecord(
             id=key_id, org_id=org_id, team_id=item.team_id, user_id=item.user_id, agent_id=item.agent_id,
             session_id=item.session_id, content=content, index_text=index_text,
@@ -157,21 +160,29 @@ class MemoryService:
             metadata=metadata, origin_hash=fingerprint(origin),
         )
 
-    def _index(self, content: str, context: str | None) -> tuple[str, str]:
-        """The text search sees (context, then content) and its keyword terms."""
-        index_text = f"{context}\n{content}" if context else content
-        # The memory's own words outweigh its context's in BM25 (field boosting by repetition).
-        parts = [keyword_text(content)] * self.settings.content_boost
+    def _index(self, content: str, context: str | None, speaker: str | None = None) -> tuple[str, str]:
+        """The text search sees (context, then "speaker: content") and its keyword terms."""
+        index_text = index_text_of(content, context, speaker)
+        return index_text, self.keywords_of(index_text, content)
+
+    def keywords_of(self, index_text: str, content: str) -> str:
+        """The keyword terms of an index text: the memory's own (with its speaker), then its context's.
+
+        The own terms count `content_boost` times (field boosting by repetition), so a turn that
+        only repeats its context's words ("Thanks!" after a fact) ranks below the turn that said them.
+        """
+        context, own = index_parts(index_text, content)
+        parts = [field_text(own)] * self.settings.content_boost
         if context:
-            parts.append(keyword_text(context))
-        return index_text, " ".join(parts)
+            parts.append(field_text(context))
+        return " ".join(parts)
 
     def embed_records(self, records: Sequence[MemoryRecord]) -> None:
         """Fill vectors and vocabulary coverage of records in one batched model call."""
         if not records:
             return
         embedder = self._require_embedder()
-        texts = [r.index_text for r in records]
+        texts = [r.vector_text for r in records]
         vectors = embedder.embed_batch(texts)
         shares = embedder.oov_shares(texts)
         for record, vector, share in zip(records, vectors, shares, strict=True):
@@ -374,10 +385,9 @@ class MemoryService:
             if len(fields["content"]) > self.settings.max_content_chars:
                 raise InvalidInputError(f"content is longer than {self.settings.max_content_chars} characters")
             updated.content = self.redactor.redact_text(fields["content"])
-            context = None
-            if current.index_text != current.content and current.index_text.endswith("\n" + current.content):
-                context = current.index_text[: -len(current.content) - 1]
-            updated.index_text, updated.keywords = self._index(updated.content, context)
+            context, own = index_parts(current.index_text, current.content)
+            speaker = own[: len(own) - len(current.content)].removesuffix(": ") or None
+            updated.index_text, updated.keywords = self._index(updated.content, context, speaker)
             self.embed_records([updated])
         for name in ("memory_type", "importance", "expires_at"):
             if name in fields and (fields[name] is not None or name == "expires_at"):
@@ -549,7 +559,8 @@ class MemoryService:
             scope, query_vector, keywords if q.mode != "dense" else "", recall_filter,
             dense_limit=max(pool, self.settings.recall_dense_depth), keyword_limit=pool,
         )
-        ranked = self._rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, q.min_score)
+        floor = q.min_score if q.min_score is not None else self.settings.recall_min_score
+        ranked = self._rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, floor)
         records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
         hits = [
             _hit(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records
@@ -562,7 +573,7 @@ class MemoryService:
         return RecallResult(memories=hits, degraded=degraded)
 
     def _rank(
-        self, pool: Pool, query_oov: float, now: datetime, mode: str, top_k: int, min_score: float | None
+        self, pool: Pool, query_oov: float, now: datetime, mode: str, top_k: int, min_score: float
     ) -> list[tuple[str, float, ScoreParts]]:
         """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
 
@@ -570,14 +581,15 @@ class MemoryService:
         """
         weights = self.weights.for_mode(mode)  # type: ignore[arg-type]
         parts = scoring.ScoreArrays(
-            semantic=scoring.semantic(pool.cosine) if mode != "keyword" else np.zeros(len(pool.ids)),
-            keyword=scoring.keyword_scores(pool.bm25),
+            semantic=scoring.semantic(pool.cosine, self.settings.recall_semantic_scale) if mode != "keyword"
+            else np.zeros(len(pool.ids)),
+            keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, self.settings.recall_keyword_scale),
             recency=scoring.recency(pool.created_at, as_utc(now).timestamp(), self.settings.recency_half_life_days),
             importance=pool.importance,
         )
         readable = scoring.readable_share(query_oov, pool.oov, self.settings.oov_full_share)
         scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()
-        kept = range(len(scores)) if min_score is None else [i for i, s in enumerate(scores) if s >= min_score]
+        kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
         best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
         return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]
 
@@ -636,28 +648,31 @@ class MemoryService:
         return self.store.session_messages(scope, session_id, last)
 
     def raw_memories(self, messages: Sequence[MessageRecord]) -> list[NewMemory]:
-        """`raw` mode: each turn becomes one episodic memory; short turns are indexed with the turns before.
+        """`raw` mode: each turn of one session (in order) becomes one episodic memory.
 
-        Speaker names are indexed only where a session has several named people: with one user
-        and one assistant, a name on every turn would only add a term that matches them all.
+        The vector embeds the turn alone. Where two or more people talk (named speakers, a name
+        that only says the role, such as "Assistant", not counting), it embeds the turn with its
+        speaker ("Caroline: I painted a sunrise."): a question names the person it is about. In a
+        chat between one person and an assistant the name would only tie every turn of the
+        person to the word, so it is left out. The turns before it (`context_turns`, with their
+        speakers) go to its keywords only, for turns of up to `context_max_terms` terms: an answer
+        ("Yes, last week!") is found by the question it answers, while a content-free turn never
+        borrows the vector of the fact it follows.
         """
         out: list[NewMemory] = []
         turns = self.settings.context_turns
-        named = {m.name for m in messages if m.name and m.role == "user"}
-        labelled = len(named) > 1
+        labelled = len({name for m in messages if (name := person_name(m))}) > 1
         for i, message in enumerate(messages):
             short = len(terms(message.content, keep_stopwords=True)) <= self.settings.context_max_terms
             previous = messages[max(0, i - turns) : i] if short else []
-            lines = [_speaker_line(m) if labelled else m.content for m in previous]
-            if labelled and message.name:
-                lines.append(f"{message.name}:")
             out.append(
                 NewMemory(
                     user_id=message.user_id, content=message.content, memory_type="episodic",
                     agent_id=message.agent_id, session_id=message.session_id,
                     importance=0.3 if message.role == "user" else 0.2, confidence=1.0,
                     created_at=message.created_at, source_ids=[message.message_id],
-                    context="\n".join(lines) or None, metadata={"role": message.role},
+                    context="\n".join(_speaker_line(m) if labelled else m.content for m in previous) or None,
+                    speaker=speaker_name(message.name) if labelled else None, metadata={"role": message.role},
                 )
             )
         return out
@@ -693,8 +708,20 @@ def _hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallHit:
     )
 
 
+# Speaker names that only say the speaker's role: no person to tell apart from another.
+ROLE_NAMES = frozenset({"user", "assistant", "system", "bot", "ai", "用户", "助手"})
+
+
+def person_name(message: MessageRecord) -> str | None:
+    """The message's speaker as a person's name, or None where it has none or only its role."""
+    name = speaker_name(message.name)
+    if name is None or name.lower() in ROLE_NAMES or name.lower() == message.role:
+        return None
+    return name
+
+
 def _speaker_line(message: MessageRecord) -> str:
-    return f"{message.name or message.role}: {message.content}"
+    return f"{speaker_name(message.name) or message.role}: {message.content}"
 
 
 def _jsonable(value: Any) -> Any:

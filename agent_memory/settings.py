@@ -107,13 +107,22 @@ class Settings(BaseSettings):
     # Redaction
     redaction_enabled: bool = True
 
-    # Recall: weights of the fused score (normalised to sum 1 at query time).
-    weight_semantic: float = Field(default=0.55, ge=0)
-    weight_keyword: float = Field(default=0.30, ge=0)
+    # Recall: weights of the fused score (normalised to sum 1 at query time; chosen in docs/recall.md).
+    weight_semantic: float = Field(default=0.50, ge=0)
+    weight_keyword: float = Field(default=0.40, ge=0)
     weight_recency: float = Field(default=0.08, ge=0)
     weight_importance: float = Field(default=0.07, ge=0)
     recency_half_life_days: float = Field(default=180.0, gt=0)
+    # Each signal is scaled to its best match in the pool, but a weak best match stays weak: the
+    # scale is at least this cosine, and at least this share of the query's idf mass (BM25).
+    recall_semantic_scale: float = Field(default=0.5, ge=0, le=1)
+    recall_keyword_scale: float = Field(default=0.75, ge=0, le=5)
+    # The noise floor: hits whose fused score (0..1) is under it are left out unless a search sets
+    # its own `min_score` (0 keeps every hit). Calibrated in docs/recall.md.
+    recall_min_score: float = Field(default=0.1, ge=0, le=1)
     recall_candidates: int = Field(default=50, ge=1, le=1_000)
+    # The vector retriever's depth for scopes searched through the indexes; a scanned user's pool
+    # keeps the cosine of every memory, so that each keyword hit has its true similarity.
     recall_dense_depth: int = Field(default=200, ge=1, le=10_000)
     # A user with at most this many matching memories is scored in process from one scan;
     # larger scopes use the store's vector and full-text indexes (benchmarks/recall_latency.py).
@@ -122,8 +131,9 @@ class Settings(BaseSettings):
     oov_full_share: float = Field(default=0.5, gt=0, le=1)
     # Preceding turns folded into a message-derived memory's index_text.
     context_turns: int = Field(default=2, ge=0, le=10)
-    # Turns with more keyword terms than this stand on their own and are indexed without context.
-    context_max_terms: int = Field(default=12, ge=0)
+    # Turns with more keyword terms than this (long messages that stand on their own) are indexed
+    # without context.
+    context_max_terms: int = Field(default=200, ge=0)
     # How many times a memory's own terms count against its context's in the keyword index.
     content_boost: int = Field(default=2, ge=1, le=5)
 

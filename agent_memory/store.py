@@ -49,7 +49,9 @@ class Pool:
     """Every memory either retriever found, column by column: what fusion needs of each.
 
     `cosine` is NaN where the vector retriever did not return the memory, `bm25` NaN where the
-    keyword retriever did not; `created_at` is in seconds since the epoch. Fusion scores the
+    keyword retriever did not; `created_at` is in seconds since the epoch. `idf_mass` is the sum
+    of the query terms' idf over the searched rows (the BM25 of a document that holds each query
+    term once at average length), None where the retriever cannot say. Fusion scores the
     whole pool with array arithmetic and builds hits (records, score parts) for the kept top-k
     only. `ranked` gives one retriever's list back (tests compare the two search paths with it);
     within equal scores it keeps the pool's order.
@@ -61,9 +63,10 @@ class Pool:
     created_at: np.ndarray
     importance: np.ndarray
     oov: np.ndarray
+    idf_mass: float | None = None
 
     @classmethod
-    def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate]) -> Pool:
+    def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate], idf_mass: float | None = None) -> Pool:
         """The pool of two candidate lists (the indexed retrievers' answers)."""
         found = {c.id: c for c in lexical} | {c.id: c for c in dense}
         cosine = {c.id: c.score for c in dense}
@@ -76,6 +79,7 @@ class Pool:
             np.array([found[i].created_at.timestamp() for i in ids], dtype=np.float64),
             np.array([found[i].importance for i in ids], dtype=np.float64),
             np.array([found[i].oov for i in ids], dtype=np.float64),
+            idf_mass,
         )
 
     def ranked(self, retriever: str) -> list[Candidate]:

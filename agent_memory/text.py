@@ -1,9 +1,13 @@
 """Language-aware text helpers: the keyword terms BM25 indexes, and lexical similarity.
 
-English (and other space-separated scripts) is split into lower-cased words; Chinese, Japanese
+English (and other space-separated scripts) is split into lower-cased words. Chinese, Japanese
 and Korean runs, which have no spaces, become overlapping character bigrams, as Lucene's CJK
-analyser does. The store indexes the joined terms with a plain whitespace tokenizer, so the same
-function serves indexing and querying and the two can never drift apart.
+analyser does; the Chinese (Han) parts of a run also give their words, as jieba's dictionary
+segments them, and the single characters of those words (Lucene's CJK unigrams). A short list
+of function words (的, 什么, 怎样) is dropped from all three, characters included. Words carry the terms that bigrams split or blur
+(手术费, 一只); bigrams carry what the dictionary lacks (names, new words); characters let a
+paraphrase meet its fact halfway (家庭 and 家里 share 家). The store indexes the joined terms with a plain whitespace tokenizer, so the
+same function serves indexing and querying and the two can never drift apart.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 # Word tokens stop where a CJK run starts, so "从Emacs换成Zed了" splits into its words and bigrams.
 _TOKEN = re.compile(rf"[{CJK_RANGES}]+|[^\W_{CJK_RANGES}]+(?:['’][^\W_{CJK_RANGES}]+)?", re.UNICODE)
 _CJK_RUN = re.compile(rf"^[{CJK_RANGES}]+$")
+# Han characters: the parts of a CJK run that the Chinese dictionary segments into words.
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 # Words too common to carry meaning in a memory or a question about one.
 ENGLISH_STOPWORDS = frozenset(
@@ -26,6 +32,16 @@ ENGLISH_STOPWORDS = frozenset(
     some such than that the their theirs them then there these they this those to too up us very was
     we were what when where which who whom why will with would you your yours yourself am about
     also any again all s t don't i'm it's""".split()
+)
+
+
+# Chinese function words: particles, pronouns, auxiliaries and question words, dropped as words
+# (the bigrams that contain them stay). Content words that questions often use (用户, 喜欢) are kept.
+CHINESE_STOPWORDS = frozenset(
+    """的 地 得 了 着 过 是 在 有 和 与 及 或 就 也 都 还 又 再 才 很 太 最 更 这 那 这个 那个 这些 那些
+    我 你 您 他 她 它 我们 你们 他们 她们 它们 咱们 自己 吗 呢 吧 啊 呀 哦 嗯 哈 嘛 啦 么 什么 怎么 怎样
+    怎么样 哪 哪里 哪儿 哪个 哪些 谁 多少 几 为什么 一个 一下 一些 有点 没 没有 不 别 把 被 让 给 对 向
+    从 到 跟 比 会 能 要 想 可以 可能 应该 说 吗 个 些 之 其 而 但 但是 因为 所以 如果 然后""".split()
 )
 
 
@@ -42,15 +58,67 @@ def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
             if len(token) == 1:
                 out.append(token)
             else:
-                out.extend(token[i : i + 2] for i in range(len(token) - 1))
+                pairs = (token[i : i + 2] for i in range(len(token) - 1))
+                out.extend(pair for pair in pairs if pair not in CHINESE_STOPWORDS)
+            for han in _HAN.findall(token):
+                words = [w for w in chinese_words(han) if w not in CHINESE_STOPWORDS]
+                out.extend(words)
+                out.extend(c for w in words for c in w if c not in CHINESE_STOPWORDS)
         elif keep_stopwords or token not in ENGLISH_STOPWORDS:
             out.append(token.replace("’", "'"))
     return out
 
 
+_segmenter_lock = threading.Lock()
+_segmenter = None
+
+
+def _jieba():  # type: ignore[no-untyped-def]
+    """The process's jieba tokenizer, loaded once (its dictionary ships in the package)."""
+    global _segmenter
+    if _segmenter is None:
+        with _segmenter_lock:
+            if _segmenter is None:
+                import logging
+
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)
+                tokenizer = jieba.Tokenizer()
+                tokenizer.initialize()
+                _segmenter = tokenizer
+    return _segmenter
+
+
+@lru_cache(maxsize=65_536)
+def chinese_words(han: str) -> tuple[str, ...]:
+    """The dictionary words of a run of Han characters (jieba, without its HMM guesses for unknown
+    words: bigrams already cover those, and the dictionary alone is faster and deterministic)."""
+    return tuple(_jieba().cut(han, HMM=False))
+
+
 def keyword_text(text: str) -> str:
     """The whitespace-joined terms the full-text index stores and the query is matched with."""
     return " ".join(terms(text))
+
+
+def field_text(text: str) -> str:
+    """The keyword terms of one field of a memory (its own words, or its context), each word once.
+
+    A chat turn that says "code" twice ("live-coded in VS Code") is no more about code than one
+    that says it once; words count once per field, by their stem. CJK terms are kept as they come:
+    a Chinese word that is also a bigram of its run counts twice on purpose (see `terms`).
+    """
+    seen: set[str] = set()
+    out = []
+    for term in terms(text):
+        if not _CJK_RUN.match(term):
+            stem = stem_words([term])[0]
+            if stem in seen:
+                continue
+            seen.add(stem)
+        out.append(term)
+    return " ".join(out)
 
 
 # The full-text index's analyser (storage/lance_store.py `_FTS`): whitespace tokens, lower-cased,

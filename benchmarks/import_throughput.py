@@ -120,7 +120,7 @@ def run_import(path: Path, workdir: Path, engine: str) -> dict[str, float]:
 
 
 def index_texts(path: Path) -> list[str]:
-    """What the import embeds: each memory's index text (short turns carry their preceding turns)."""
+    """What the import embeds: each turn with its speaker (`MemoryRecord.vector_text`)."""
     from agent_memory.service import MemoryService
     from agent_memory.settings import Settings
     from jobs.importer import ImportResult, _split, numbered_rows, raw_memory_rows, validate_rows
@@ -128,7 +128,7 @@ def index_texts(path: Path) -> list[str]:
     builder = MemoryService.row_builder(Settings(_env_file=None))  # type: ignore[call-arg]
     validated = validate_rows(numbered_rows(path.read_bytes(), "jsonl"), builder, "default")
     messages, _ = _split(validated, ImportResult(path=str(path), mode="raw"))
-    return [row["index_text"] for row in raw_memory_rows(messages, builder)]
+    return [row["vector_text"] for row in raw_memory_rows(messages, builder)]
 
 
 def bare_encode(model: object, texts: list[str], batch_sizes: list[int], sample: int) -> dict[str, object]:

@@ -214,14 +214,15 @@ VALIDATED_COLUMNS = ("line", "org_id", "user_id", "session_id", "message", "reje
 
 
 def raw_memory_rows(message_json: Sequence[str], service: MemoryService) -> list[dict[str, Any]]:
-    """`raw` mode for the turns of one or more sessions: each turn with its memory (JSON) and index text."""
+    """`raw` mode for the turns of one or more sessions: each turn with its memory (JSON) and the text
+    its vector embeds."""
     messages = [MessageRecord.model_validate_json(m) for m in message_json]
     out = []
     for session in group_sessions(messages):
         for message, memory in zip(session, service.raw_memories(session), strict=True):
             record = service.prepare(message.org_id, memory)
             out.append({"org_id": message.org_id, "message": message.model_dump_json(),
-                        "memory": record.model_dump_json(exclude={"vector"}), "index_text": record.index_text})
+                        "memory": record.model_dump_json(exclude={"vector"}), "vector_text": record.vector_text})
     return out
 
 
@@ -230,7 +231,7 @@ def _extract_group(batch: Any, settings: Settings) -> Any:
     return _arrow(rows, EXTRACTED_COLUMNS)
 
 
-EXTRACTED_COLUMNS = ("org_id", "message", "memory", "index_text")
+EXTRACTED_COLUMNS = ("org_id", "message", "memory", "vector_text")
 
 
 # -- stage 4: embed -----------------------------------------------------------------------------
@@ -265,7 +266,7 @@ class EmbedMemories:
 
 def embed_batch(embedder: Embedder, batch: dict[str, Any]) -> dict[str, Any]:
     """Add `vector`, `oov` and the model's name to a batch of extracted rows (one model call)."""
-    texts = [str(t) for t in batch["index_text"]]
+    texts = [str(t) for t in batch["vector_text"]]
     out = dict(batch)
     out["vector"] = embedder.embed_batch(texts)
     out["oov"] = np.asarray(embedder.oov_shares(texts), dtype=np.float32)

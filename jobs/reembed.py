@@ -1,7 +1,7 @@
 """Re-embedding every memory with another model, as a Ray Data job, switched atomically at the end.
 
-1. snapshot: the (id, index_text) of every memory are embedded with the new model by the same
-   actor pool as the importer (`jobs.importer.EmbedMemories`), in chunks committed to a staging
+1. snapshot: the text every memory's vector embeds (`MemoryRecord.vector_text`) is embedded with
+   the new model by the same actor pool as the importer (`jobs.importer.EmbedMemories`), in chunks committed to a staging
    table. Recall keeps using the old vectors meanwhile: nothing in `memories` changes.
 2. catch-up: memories written or changed during the job (their id is not staged, or their text
    differs from the staged text) are embedded in-process; this repeats until nothing is stale.
@@ -64,9 +64,9 @@ class Reembedding:
             if engine == "local":
                 for start in range(0, todo.num_rows, step):
                     chunk = todo.slice(start, step)
-                    texts = chunk.column("index_text").to_pylist()
-                    vectors, oov = self.embed(texts)
-                    stage(self.staging, chunk.column("id").to_pylist(), texts, vectors, oov)
+                    vectors, oov = self.embed(chunk.column("vector_text").to_pylist())
+                    stage(self.staging, chunk.column("id").to_pylist(), chunk.column("index_text").to_pylist(),
+                          vectors, oov)
                     _tick(bar, chunk.num_rows)
                 return todo.num_rows
             import ray

@@ -299,6 +299,27 @@ class LanceStore:
         result = _retrying(lambda: table.merge_insert("id").when_matched_update_all().execute(data), "update")
         return int(getattr(result, "num_updated_rows", len(rows)))
 
+    def reindex_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
+        """Write records' index text, keywords, vector and vocabulary share; return rows written.
+
+        A row is written only if it still has the `updated_at`, status, access count and content it
+        was read with: whatever changed it meanwhile (a patch, a merge, an access fold) wins.
+        """
+        records = [r for r in records if r.vector is not None]
+        if not records:
+            return 0
+        stored = {r.id: r for r in self.get_memories(scope, [r.id for r in records], with_vectors=True)}
+        rows = [sc.memory_row(r) for r in records if r.id in stored]
+        if not rows:
+            return 0
+        table = self._tables[sc.MEMORIES]
+        data = pa.Table.from_pylist(rows, schema=table.schema)
+        unchanged = ("target.updated_at = source.updated_at AND target.status = source.status "
+                     "AND target.access_count = source.access_count AND target.content = source.content")
+        result = _retrying(lambda: table.merge_insert("id").when_matched_update_all(where=unchanged).execute(data),
+                           "reindex")
+        return int(getattr(result, "num_updated_rows", len(rows)))
+
     def delete_memories(self, scope: Scope, ids: Sequence[str]) -> int:
         """Delete rows of the scope by id."""
         if not ids:
@@ -367,7 +388,8 @@ class LanceStore:
         dense_limit: int,
         keyword_limit: int,
     ) -> Retrieved:
-        """Both retrievers inside the prefiltered rows: vector top-`dense_limit`, BM25 top-`keyword_limit`.
+        """Both retrievers inside the prefiltered rows: vector top-`dense_limit` (every row of a scanned
+        user), BM25 top-`keyword_limit`.
 
         A user's memories are few: one scan reads them with their vectors and keyword terms, and
         cosine and BM25 (over that user's rows) are computed here. That is one read instead of two
@@ -390,7 +412,9 @@ class LanceStore:
                     expires = result.column("expires_at")
                     live = pc.or_kleene(pc.is_null(expires), pc.greater(expires, pa.scalar(recall_filter.now, expires.type)))
                     result = result.filter(live)
-                pool = _scanned_pool(result, vector, query_terms, dense_limit, keyword_limit)
+                # Every row keeps its cosine (computed for all of them anyway): a keyword hit far down
+                # the vector ranking is fused with its true similarity, not with 0.
+                pool = _scanned_pool(result, vector, query_terms, result.num_rows, keyword_limit)
                 owner = {"org_id": scope.org_id, "user_id": scope.user_id}
                 return Retrieved(pool, lambda ids: _display_records(result, ids, owner))
             with self._snapshot_lock:
@@ -415,12 +439,13 @@ class LanceStore:
         return _candidates(result, lambda distance: 1.0 - distance, "_distance")
 
     def keyword_search(self, scope: Scope, keywords: str, recall_filter: RecallFilter, limit: int) -> list[Candidate]:
-        """BM25 over `keywords` inside the prefiltered rows."""
+        """BM25 over `keywords` inside the prefiltered rows; a query term counts once, as in the scan."""
         if not keywords.strip():
             return []
+        query = " ".join(dict.fromkeys(keywords.split()))  # 绿茶 is both a bigram and a word of 绿茶
         result = self._snapshot().to_table(
             columns=CANDIDATE_COLUMNS, filter=self._recall_where(scope, recall_filter).render(),
-            prefilter=True, full_text_query={"query": keywords, "columns": ["keywords"]}, limit=limit,
+            prefilter=True, full_text_query={"query": query, "columns": ["keywords"]}, limit=limit,
         )
         return _candidates(result, float, "_score")
 
@@ -930,9 +955,10 @@ def _scanned_pool(
         best = _best(scores, dense_limit, np.arange(n))
         cosine[best] = scores[best]
     bm25 = np.full(n, np.nan)
+    idf_mass = None
     if query_terms and n:
         documents = [index_terms(k or "") for k in result.column("keywords").to_pylist()]
-        scores = scoring.bm25(query_terms, documents)
+        scores, idf_mass = scoring.bm25_with_mass(query_terms, documents)
         best = _best(scores, keyword_limit, np.flatnonzero(scores > 0))
         bm25[best] = scores[best]
     rows = np.flatnonzero(~np.isnan(cosine) | ~np.isnan(bm25))
@@ -942,6 +968,7 @@ def _scanned_pool(
         created_at=created / 1e6,  # microseconds (sc.TIMESTAMP) to seconds
         importance=result.column("importance").take(rows).to_numpy().astype(np.float64),
         oov=result.column("oov").take(rows).to_numpy().astype(np.float64),
+        idf_mass=idf_mass,
     )
 
 

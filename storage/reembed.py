@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from agent_memory.errors import ConflictError
+from agent_memory.models import index_parts
 from storage import schema as sc
 from storage.lance_store import FILE_FORMAT, LanceStore, _retrying
 
@@ -47,8 +48,14 @@ def open_staging(store: LanceStore, model: str, dim: int) -> Any:
 
 
 def memory_texts(store: LanceStore) -> pa.Table:
-    """(id, index_text) of every memory, at the table's latest version."""
-    return store.table(sc.MEMORIES).to_lance().to_table(columns=["id", "index_text"])
+    """(id, index_text, vector_text) of every memory, at the table's latest version.
+
+    `index_text` keys a staged vector (a row whose text changed is embedded again); `vector_text`
+    is what the vector embeds (the memory with its speaker, without context)."""
+    rows = store.table(sc.MEMORIES).to_lance().to_table(columns=["id", "index_text", "content"])
+    texts = [index_parts(t, c)[1] for t, c in zip(rows.column("index_text").to_pylist(),
+                                                   rows.column("content").to_pylist(), strict=True)]
+    return rows.drop_columns(["content"]).append_column("vector_text", pa.array(texts, type=pa.string()))
 
 
 def stage(staging: Any, ids: Sequence[str], texts: Sequence[str], vectors: np.ndarray, oov: Sequence[float]) -> None:
@@ -85,9 +92,8 @@ def switch(store: LanceStore, staging: Any, model: str, dim: int, embed: Embed, 
     for _ in range(attempts):
         missing = stale(store, staging)
         if missing.num_rows:
-            texts = missing.column("index_text").to_pylist()
-            vectors, oov = embed(texts)
-            stage(staging, missing.column("id").to_pylist(), texts, vectors, oov)
+            vectors, oov = embed(missing.column("vector_text").to_pylist())
+            stage(staging, missing.column("id").to_pylist(), missing.column("index_text").to_pylist(), vectors, oov)
             caught_up += missing.num_rows
         version = table.version
         dataset = table.to_lance()

@@ -74,6 +74,9 @@ def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any, monkeypatch: 
         reports[precision] = json.loads(capsys.readouterr().out)
         int8_graphs[precision] = list((tmp_path / "cache").rglob("*-int8-*.onnx"))
     assert reports["int8"]["query_precision"] == "int8" and reports["fp32"]["query_precision"] == "fp32"
+    # Ranked with the floor off; how often the configured floor would cut an evidence hit, apart.
+    floor = reports["fp32"]["floor"]
+    assert floor["min_score"] > 0 and floor["evidence_hits"] > 0 and 0 <= floor["evidence_hits_cut"] < 0.2
     assert not int8_graphs["fp32"] and len(int8_graphs["int8"]) == 1  # only the int8 run made (and used) it
     english = {mode: (reports["fp32"]["by_category"]["en"][mode], reports["int8"]["by_category"]["en"][mode])
                for mode in ("hybrid", "dense")}

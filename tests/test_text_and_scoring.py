@@ -17,9 +17,29 @@ def test_english_terms_drop_stopwords_and_lowercase() -> None:
     assert terms("I prefer Python for the Backend") == ["prefer", "python", "backend"]
 
 
-def test_chinese_becomes_bigrams_and_mixed_text_keeps_words() -> None:
-    assert terms("我喜欢苹果") == ["我喜", "喜欢", "欢苹", "苹果"]
-    assert terms("用 FastAPI 开发") == ["用", "fastapi", "开发"]
+def test_chinese_becomes_bigrams_and_dictionary_words_and_mixed_text_keeps_words() -> None:
+    # Bigrams of the run, then its words and their characters, less function words (我 is one).
+    assert terms("我喜欢苹果") == ["我喜", "喜欢", "欢苹", "苹果", "喜欢", "苹果", "喜", "欢", "苹", "果"]
+    assert terms("用 FastAPI 开发") == ["用", "用", "用", "fastapi", "开发", "开发", "开", "发"]
+    # A function word's bigram and characters go too: 怎样 says nothing of what is asked.
+    assert not {"怎样", "怎", "样"} & set(terms("王芳的家庭情况是怎样的？"))
+    # A one-character word that no bigram holds alone is a term of its own: a question about 猫 finds it.
+    assert "猫" in terms("我养了一只猫，叫土豆") and "猫" in terms("她养了什么猫？")
+    assert "什么" not in terms("她养了什么猫？")[-2:]  # the bigram stays, the word goes
+    # Kana and hangul runs stay bigrams only.
+    assert terms("ありがとう") == ["あり", "りが", "がと", "とう"]
+
+
+def test_chinese_words_are_the_same_from_many_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent_memory.text import chinese_words
+
+    chinese_words.cache_clear()
+    texts = ["王芳后端一般用什么语言写", "她母亲接受的是哪种手术", "周末去杭州看了西湖"] * 20
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda t: terms(t), texts))
+    assert results == [terms(t) for t in texts]
 
 
 def test_fullwidth_is_normalised() -> None:
@@ -69,6 +89,27 @@ def test_keyword_scores_are_relative_to_best_and_missing_is_zero() -> None:
     assert scoring.semantic(np.array([0.5, -0.2, np.nan, 1.0000001])).tolist() == [0.5, 0.0, 0.0, 1.0]
 
 
+def test_a_weak_best_match_stays_weak() -> None:
+    # The best of unrelated texts (cosine 0.2) is not made a perfect match; a strong best is 1.
+    assert scoring.semantic(np.array([0.2, 0.1]), scale=0.5).tolist() == pytest.approx([0.4, 0.2])
+    assert scoring.semantic(np.array([0.8, 0.4]), scale=0.5).tolist() == pytest.approx([1.0, 0.5])
+    # BM25 relative to its best, unless the best holds little of the query's idf mass.
+    assert scoring.keyword_scores(np.array([2.0, 1.0]), idf_mass=10.0, share=0.5).tolist() == pytest.approx([0.4, 0.2])
+    assert scoring.keyword_scores(np.array([8.0, 2.0]), idf_mass=10.0, share=0.5).tolist() == pytest.approx([1.0, 0.25])
+    assert scoring.keyword_scores(np.array([8.0, 2.0]), idf_mass=None, share=0.5).tolist() == pytest.approx([1.0, 0.25])
+
+
+def test_idf_mass_counts_the_query_terms_that_occur() -> None:
+    docs = [["zed", "editor"], ["tea"], ["tea", "green"], ["coffee"]]
+    scores, mass = scoring.bm25_with_mass(["zed", "tea", "absent"], docs)
+    assert scores.tolist() == pytest.approx(scoring.bm25(["zed", "tea", "absent"], docs).tolist())
+    assert mass == pytest.approx(float(scoring.idf(4, 1) + scoring.idf(4, 2)))
+    # A document of average length holding each found term once scores about the mass.
+    average = scoring.bm25(["zed", "tea"], [*docs, ["zed", "tea"]])
+    assert average[-1] == pytest.approx(scoring.bm25_with_mass(["zed", "tea"], [*docs, ["zed", "tea"]])[1], rel=0.25)
+    assert scoring.bm25_with_mass(["x"], []) == (pytest.approx(np.zeros(0)), 0.0)
+
+
 def test_a_pool_of_candidate_lists_keeps_each_retrievers_order() -> None:
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     dense = [Candidate("b", 0.9, now, 0.5, 0.0), Candidate("a", 0.4, now, 0.6, 0.1)]
@@ -81,7 +122,8 @@ def test_a_pool_of_candidate_lists_keeps_each_retrievers_order() -> None:
 
 def test_index_terms_stem_and_fold_as_the_full_text_index_does() -> None:
     assert index_terms(keyword_text("The user prefers cafés, running daily")) == ("user", "prefer", "cafe", "run", "daili")
-    assert index_terms(keyword_text("用户喜欢跑步")) == ("用户", "户喜", "喜欢", "欢跑", "跑步")
+    assert index_terms(keyword_text("用户喜欢跑步")) == (
+        "用户", "户喜", "喜欢", "欢跑", "跑步", "用户", "喜欢", "跑步", "用", "户", "喜", "欢", "跑", "步")
     assert index_terms("a" * 41 + " ok") == ("ok",)  # tokens over 40 bytes are dropped, as by the index
 
 

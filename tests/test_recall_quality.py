@@ -1,0 +1,223 @@
+"""What each signal sees of a conversation turn, the noise floor, the reindex migration, and the
+demo's questions on the shipped sample (real LanceDB, real bundled model)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent_memory.demo import DEMO_QUESTIONS
+from agent_memory.history import import_history
+from agent_memory.models import Scope, index_parts
+from agent_memory.service import MemoryService
+from jobs.reindex import reindex
+from tests.conftest import ROOT, Clock
+
+U = Scope.user("acme", "u1")
+
+
+def _write_history(path: Path, sessions: list[list[tuple[str, str, str | None]]]) -> Path:
+    """A history file of (role, content, name) turns, one list per session, a minute apart."""
+    start = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
+    lines = []
+    for s, turns in enumerate(sessions, start=1):
+        for t, (role, content, name) in enumerate(turns, start=1):
+            row = {"org_id": "acme", "user_id": "u1", "session_id": f"s{s}", "role": role, "content": content,
+                   "created_at": (start + timedelta(days=s, minutes=t)).isoformat(), "message_id": f"s{s}:m{t}"}
+            if name:
+                row["name"] = name
+            lines.append(json.dumps(row, ensure_ascii=False))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _top(service: MemoryService, query: str, **extra: object) -> list[str]:
+    return [h.content for h in service.recall("acme", {"user_id": "u1", "query": query, **extra}).memories]
+
+
+EDITOR_CHAT = [
+    [("user", "Hey, got a minute?", "Caroline"), ("assistant", "Sure, what's up?", None),
+     ("user", "I do all my coding in Zed these days.", "Caroline"), ("assistant", "Nice, good choice.", None),
+     ("user", "Thanks, super helpful.", "Caroline"), ("assistant", "Anytime!", None)],
+    [("user", "Our refund rule: refunds within 30 days only.", "Caroline"), ("assistant", "Noted.", None),
+     ("user", "好的", "Caroline"), ("assistant", "Hello! How can I help?", None)],
+]
+
+
+FRIENDS_CHAT = [
+    [("user", "Hey Mel! How was your week?", "Caroline"),
+     ("assistant", "Busy! I finally painted that sunrise over the lake.", "Melanie"),
+     ("user", "Wow, thanks for sharing.", "Caroline"), ("assistant", "Caroline, what have you been up to?", "Melanie"),
+     ("user", "I joined a pottery class on Tuesdays.", "Caroline")],
+]
+
+
+def test_a_content_free_turn_never_outranks_the_fact_it_follows(
+    make_service: Callable[..., MemoryService], tmp_path: Path
+) -> None:
+    service = make_service()
+    import_history(service, _write_history(tmp_path / "h.jsonl", EDITOR_CHAT))
+    for query in ("Which editor does the user use?", "Which code editor does Caroline use?", "Zed"):
+        assert _top(service, query, min_score=0)[0] == "I do all my coding in Zed these days.", query
+    # The acknowledgement is stored (raw mode keeps every turn) and found by its own words.
+    assert _top(service, "super helpful thanks")[0] == "Thanks, super helpful."
+
+
+def test_the_vector_embeds_the_turn_with_its_speaker_and_keywords_add_the_turns_before(
+    make_service: Callable[..., MemoryService], tmp_path: Path
+) -> None:
+    service = make_service()
+    import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT))
+    records = {r.content: r for r in service.list(U, limit=100).records}
+    stored = service.store.get_memories(U, [records["Wow, thanks for sharing."].id], with_vectors=True)[0]
+    context, own = index_parts(stored.index_text, stored.content)
+    assert own == "Caroline: Wow, thanks for sharing." == stored.vector_text
+    assert context == "Caroline: Hey Mel! How was your week?\nMelanie: Busy! I finally painted that sunrise over the lake."
+    words = stored.keywords.split()  # the turn's own terms twice (content_boost), its context's once
+    assert words.count("thanks") == 2 and words.count("sunrise") == 1 and words.count("caroline") == 3
+    # The vector is the turn's own: equal to embedding "Caroline: Wow, thanks for sharing." alone.
+    alone = service.embedder.embed_batch(["Caroline: Wow, thanks for sharing."])[0]
+    assert float(alone @ np.asarray(stored.vector)) == pytest.approx(1.0, abs=1e-4)
+    assert _top(service, "What did Melanie paint?")[0] == "Busy! I finally painted that sunrise over the lake."
+    # An update keeps the context and the speaker.
+    updated = service.update(U, stored.id, {"content": "Wow, lovely."})
+    again = service.store.get_memories(U, [updated.id])[0]
+    assert again.index_text == f"{context}\nCaroline: Wow, lovely."
+
+
+def test_a_chat_with_one_person_embeds_turns_without_names(
+    make_service: Callable[..., MemoryService], tmp_path: Path
+) -> None:
+    # Caroline and an assistant (named by its role, or not at all): the name would only tie all her
+    # turns to the word, so neither the vector nor the keywords carry it.
+    service = make_service()
+    chat = [[(role, content, "Assistant" if role == "assistant" else name) for role, content, name in EDITOR_CHAT[0]]]
+    import_history(service, _write_history(tmp_path / "h.jsonl", chat))
+    for record in service.store.user_memories(U)[0]:
+        assert record.vector_text == record.content and "caroline" not in record.keywords.split()
+
+
+def test_noise_does_not_fill_the_list_by_default(make_service: Callable[..., MemoryService]) -> None:
+    service = make_service()
+    service.add_many("acme", [
+        {"user_id": "u1", "content": "Refunds are accepted within 30 days of purchase."},
+        {"user_id": "u1", "content": "The user's favourite editor is Zed."},
+        {"user_id": "u1", "content": "用户每周五下午去健身房"},
+    ])
+    assert _top(service, "Which editor does the user use?") == ["The user's favourite editor is Zed."]
+    # A memory that shares nothing with the question scores near 0, however fresh and important.
+    everything = service.recall("acme", {"user_id": "u1", "query": "What is the capital of Mongolia?", "min_score": 0})
+    assert max(h.score for h in everything.memories if h.content.startswith("Refunds")) < 0.05
+    assert "Refunds are accepted within 30 days of purchase." not in _top(service, "What is the capital of Mongolia?")
+    # Nothing relevant at all (keywords carry Chinese, and none match): an empty answer is an answer.
+    assert _top(service, "她喜欢看什么电影？") == []
+    # min_score 0 keeps every hit, as before the floor.
+    assert len(_top(service, "她喜欢看什么电影？", min_score=0)) == 3
+    assert service.settings.recall_min_score > 0
+
+
+def test_chinese_questions_find_their_turns_through_words_and_bigrams(
+    make_service: Callable[..., MemoryService], tmp_path: Path
+) -> None:
+    service = make_service()
+    chat = [[("user", "我养了一只猫，叫土豆，三岁了", "林晓"), ("assistant", "好可爱！", None),
+             ("user", "嗯嗯", "林晓"), ("user", "下周我妈要做膝盖手术，有点担心", "林晓"),
+             ("assistant", "希望手术顺利。", None), ("user", "谢谢！", "林晓")]]
+    import_history(service, _write_history(tmp_path / "h.jsonl", chat))
+    assert _top(service, "林晓养的是什么宠物？猫", min_score=0)[0].startswith("我养了一只猫")
+    assert _top(service, "她妈妈要做什么手术？", min_score=0)[0].startswith("下周我妈要做膝盖手术")
+
+
+def test_reindex_brings_old_rows_to_what_this_version_writes(
+    make_service: Callable[..., MemoryService], tmp_path: Path
+) -> None:
+    service = make_service()
+    import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT + EDITOR_CHAT))
+    service.add("acme", {"user_id": "u1", "content": "用户喜欢喝绿茶"})
+    current = {r.id: r for r in service.store.user_memories(U)[0]}
+    # Rows as an older version wrote them: context inside the vector text, no speaker, bigram keywords.
+    old = []
+    for record in current.values():
+        context, _ = index_parts(record.index_text, record.content)
+        text = f"{context}\n{record.content}" if context else record.content
+        old.append(record.model_copy(update={"index_text": text, "keywords": "stale"}))
+    service.embed_records(old)
+    service.store.replace_memories(U, old)
+    fact = next(r for r in old if r.content.startswith("I joined a pottery class"))
+    assert service.store.get_memories(U, [fact.id])[0].vector_text == fact.content
+
+    report = reindex(service.settings, service=service)
+    assert report["changed"] == report["written"] == len(current) and report["skipped"] == 0
+    assert report["reembedded"] == sum(1 for r in current.values() if r.vector_text != r.content) > 0
+    after = {r.id: r for r in service.store.user_memories(U)[0]}
+    for memory_id, record in current.items():
+        assert (after[memory_id].index_text, after[memory_id].keywords) == (record.index_text, record.keywords)
+    fresh = service.store.get_memories(U, [fact.id], with_vectors=True)[0]
+    expected = service.embedder.embed_batch([f"Caroline: {fact.content}"])[0]
+    assert float(expected @ np.asarray(fresh.vector)) == pytest.approx(1.0, abs=1e-4)
+    assert _top(service, "What class did Caroline join?")[0] == fact.content
+    # Nothing left to do: a second run writes nothing.
+    assert reindex(service.settings, service=service)["changed"] == 0
+
+
+def test_reindex_never_overwrites_a_row_changed_since_it_was_read(
+    make_service: Callable[..., MemoryService], clock: Clock
+) -> None:
+    service = make_service(clock=clock)
+    ids = service.add_many("acme", [{"user_id": "u1", "content": "Uses VS Code"},
+                                    {"user_id": "u1", "content": "Drinks green tea"}]).ids
+    read = {r.id: r for r in service.store.get_memories(U, ids, with_vectors=True)}
+    clock.advance(seconds=1)
+    service.update(U, ids[0], {"content": "Uses Zed"})  # lands between the read and the write
+    stale = [r.model_copy(update={"keywords": "rebuilt"}) for r in read.values()]
+    assert service.store.reindex_memories(U, stale) == 1
+    after = {r.id: r for r in service.store.get_memories(U, ids)}
+    assert after[ids[0]].content == "Uses Zed" and after[ids[0]].keywords != "rebuilt"
+    assert after[ids[1]].keywords == "rebuilt"
+
+
+def _demo_service(make_service: Callable[..., MemoryService], tmp_path: Path) -> MemoryService:
+    """The shipped sample's rows of the demo's users, imported as `make run` imports them."""
+    users = {user for user, _ in DEMO_QUESTIONS}
+    rows = [line for line in (ROOT / "examples" / "sample_history.jsonl").open(encoding="utf-8")
+            if json.loads(line)["user_id"] in users]
+    (tmp_path / "sample.jsonl").write_text("".join(rows), encoding="utf-8")
+    service = make_service()
+    import_history(service, tmp_path / "sample.jsonl")
+    return service
+
+
+def _evidence(user: str, question: str) -> set[str]:
+    labelled = {(q["user_id"], q["question"]): set(q["evidence"]) for q in
+                map(json.loads, (ROOT / "examples" / "sample_questions.jsonl").open(encoding="utf-8"))}
+    labelled[("u01", "Which editor does the user use?")] = labelled[("u01", "Which code editor does the user use?")]
+    return labelled[(user, question)]
+
+
+# Its evidence ("一对刚上小学的双胞胎儿子") shares no word with the question, and the bundled
+# model cannot read Chinese: a family fact of her sister's ranks first (docs/recall.md).
+NOT_YET = ("u19", "王芳的家庭情况是怎样的？")
+
+
+def test_the_demo_questions_find_their_evidence_first(make_service: Callable[..., MemoryService], tmp_path: Path) -> None:
+    """The questions `make run` and the README ask, on the shipped sample (their users' rows)."""
+    service = _demo_service(make_service, tmp_path)
+    for user, question in DEMO_QUESTIONS:
+        hits = service.recall("acme", {"user_id": user, "query": question, "top_k": 3}).memories
+        if (user, question) == NOT_YET:
+            assert any(set(h.source_ids) & _evidence(user, question) for h in
+                       service.recall("acme", {"user_id": user, "query": question, "top_k": 10}).memories)
+            continue
+        assert hits and set(hits[0].source_ids) & _evidence(user, question), (question, [h.content for h in hits])
+
+
+@pytest.mark.xfail(strict=True, reason="no shared word and an English-only model: see docs/recall.md")
+def test_the_family_question_finds_its_evidence_first(make_service: Callable[..., MemoryService], tmp_path: Path) -> None:
+    service = _demo_service(make_service, tmp_path)
+    hits = service.recall("acme", {"user_id": NOT_YET[0], "query": NOT_YET[1], "top_k": 3}).memories
+    assert hits and set(hits[0].source_ids) & _evidence(*NOT_YET)

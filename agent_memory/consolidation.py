@@ -365,18 +365,18 @@ def _links(
     links: Links = {i: {} for i in range(n)}
     if n < 2:
         return links, []
-    keys = [exact_key(r.index_text) for r in records]
-    stances = [stance(r.index_text) for r in records]
-    sequences = [content_sequence(r.index_text) for r in records]
+    keys = [exact_key(r.vector_text) for r in records]
+    stances = [stance(r.vector_text) for r in records]
+    sequences = [content_sequence(r.vector_text) for r in records]
     contents = [set(seq) for seq in sequences]
     # Word order and wording, compared on what is left without function words: an inserted adverb
     # is not a disagreement, a reordered or rewritten clause is.
-    stripped = [without_function_words(r.index_text) for r in records]
+    stripped = [without_function_words(r.vector_text) for r in records]
     unreadable = [r.oov > settings.consolidation_oov_guard for r in records]
     lexical_min = settings.consolidation_lexical_similarity
 
-    named = [(names(r.index_text), _words(r.index_text)) for r in records]
-    owned = [owned_terms(r.index_text) for r in records]
+    named = [(names(r.vector_text), _words(r.vector_text)) for r in records]
+    owned = [owned_terms(r.vector_text) for r in records]
 
     def agree(i: int, j: int) -> bool:
         """The same negation, people, time and intent, and the same names."""

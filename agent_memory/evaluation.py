@@ -104,7 +104,7 @@ def evaluate_recall(
     def cut(floor: float) -> dict[str, float]:
         return {"min_score": floor,
                 "evidence_hits_cut": _ratio(sum(s < floor for s in evidence_scores), len(evidence_scores)) if evidence_scores else 0.0,
-                "other_hits_cut": _ratio(sum(s < floor for s in other_scores), len(other_scores)),
+                "other_hits_cut": _ratio(sum(s < floor for s in other_scores), len(other_scores)) if other_scores else 0.0,
                 "empty_answers": _ratio(sum(s < floor for s in best_scores), len(best_scores))}
 
     report["floor"] = {**cut(configured), "evidence_hits": len(evidence_scores),

@@ -148,7 +148,8 @@ def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord
     from agent_memory.service import group_sessions
 
     result = ExtractionResult(mode="raw", messages=len(messages))
-    records = [service.prepare(org_id, m) for session in group_sessions(messages) for m in service.raw_memories(session)]
+    records = [service.prepare(org_id, m) for session in group_sessions(messages)
+               for m in service.logged_raw_memories(session)]
     result.candidates = len(records)
     written = service.write_records(org_id, records, actor=actor, on_conflict="skip")
     result.created = [i for i in written.ids if i in written.created]

@@ -170,6 +170,15 @@ def index_parts(index_text: str, content: str) -> tuple[str | None, str]:
     return context or None, speaker + content
 
 
+def index_speaker(index_text: str, content: str) -> str | None:
+    """The speaker an index text names for its memory, or None (none, or not `index_text_of`'s layout)."""
+    if not index_text.endswith(content):
+        return None
+    _, own = index_parts(index_text, content)
+    head = own[: len(own) - len(content)]
+    return head[:-2] if head.endswith(": ") and len(head) > 2 else None
+
+
 def speaker_name(name: str | None) -> str | None:
     """A speaker's name as index texts hold it: one line, no separator inside."""
     if not name:

@@ -39,6 +39,7 @@ from agent_memory.models import (
     as_utc,
     check_identifier,
     index_parts,
+    index_speaker,
     index_text_of,
     parse_input,
     speaker_name,
@@ -150,7 +151,8 @@ class MemoryService:
             natural_key=[item.agent_id, item.session_id, item.team_id, item.memory_type, content, origin["created_at"]],
         )
         created = item.created_at or now
-        index_text, keywords = self._index(content, context, speaker_name(item.speaker))
+        speaker = speaker_name(self.redactor.redact_text(item.speaker)) if item.speaker else None
+        index_text, keywords = self._index(content, context, speaker)
         return MemoryRecord(
             id=key_id, org_id=org_id, team_id=item.team_id, user_id=item.user_id, agent_id=item.agent_id,
             session_id=item.session_id, content=content, index_text=index_text,
@@ -385,8 +387,8 @@ class MemoryService:
             if len(fields["content"]) > self.settings.max_content_chars:
                 raise InvalidInputError(f"content is longer than {self.settings.max_content_chars} characters")
             updated.content = self.redactor.redact_text(fields["content"])
-            context, own = index_parts(current.index_text, current.content)
-            speaker = own[: len(own) - len(current.content)].removesuffix(": ") or None
+            context, _ = index_parts(current.index_text, current.content)
+            speaker = index_speaker(current.index_text, current.content)
             updated.index_text, updated.keywords = self._index(updated.content, context, speaker)
             self.embed_records([updated])
         for name in ("memory_type", "importance", "expires_at"):
@@ -676,6 +678,22 @@ class MemoryService:
                 )
             )
         return out
+
+    def logged_raw_memories(self, messages: Sequence[MessageRecord]) -> list[NewMemory]:
+        """`raw_memories` of some turns of one session, read within the whole logged session.
+
+        A conversation arrives a few turns at a time: its first turns take their context from the
+        turns logged before them, and whether the session has several people is decided on all of
+        it, as an import and `agent-memory reindex` decide it.
+        """
+        if not messages:
+            return []
+        first = messages[0]
+        logged = self.store.session_messages(Scope.user(first.org_id, first.user_id), first.session_id, 1_000_000)
+        session = {m.message_id: m for m in logged} | {m.message_id: m for m in messages}
+        ordered = sorted(session.values(), key=lambda m: (m.created_at, m.message_id))
+        wanted = {m.message_id for m in messages}
+        return [memory for memory in self.raw_memories(ordered) if memory.source_ids[0] in wanted]
 
     def stats(self, org_id: str | None = None) -> dict[str, Any]:
         """What the store holds."""

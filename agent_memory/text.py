@@ -35,8 +35,9 @@ ENGLISH_STOPWORDS = frozenset(
 )
 
 
-# Chinese function words: particles, pronouns, auxiliaries and question words, dropped as words
-# (the bigrams that contain them stay). Content words that questions often use (用户, 喜欢) are kept.
+# Chinese function words: particles, pronouns, auxiliaries and question words, dropped as words,
+# as bigrams and as characters (a bigram that only contains one, such as 的猫, stays). Content
+# words that questions often use (用户, 喜欢) are kept.
 CHINESE_STOPWORDS = frozenset(
     """的 地 得 了 着 过 是 在 有 和 与 及 或 就 也 都 还 又 再 才 很 太 最 更 这 那 这个 那个 这些 那些
     我 你 您 他 她 它 我们 你们 他们 她们 它们 咱们 自己 吗 呢 吧 啊 呀 哦 嗯 哈 嘛 啦 么 什么 怎么 怎样

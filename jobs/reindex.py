@@ -9,6 +9,10 @@ Per user, the memories are read and rebuilt:
   for its keywords. A turn whose message is no longer in the log keeps its text.
 - every memory gets its keyword terms again from its index text (the tokenizer may have changed).
 
+A store written before layout 2 (`storage.schema.INDEX_FORMAT_KEY`) has vectors of the whole
+index text, context included: every memory whose vector text differs is re-embedded, and the
+store is recorded as layout 2 once a run over all orgs skipped nothing.
+
 Only rows whose index text, keywords or vector change are written, one merge per batch, each row
 only if nothing changed it since it was read (same `updated_at`, status and access count): a
 write, a patch or an access fold that lands meanwhile wins, and the row is counted as skipped for
@@ -21,8 +25,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agent_memory.models import MemoryRecord, MessageRecord, Scope, index_parts, index_text_of
+from agent_memory.errors import InvalidInputError
+from agent_memory.models import MemoryRecord, MessageRecord, Scope, index_parts, index_speaker, index_text_of
 from agent_memory.settings import Settings
+from storage.schema import INDEX_FORMAT
 
 log = logging.getLogger(__name__)
 # Memories written in one merge.
@@ -34,36 +40,52 @@ def _is_turn(record: MemoryRecord) -> bool:
             and "role" in record.metadata)
 
 
-def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
-    """The records of one user whose index text or keywords differ from what this version writes."""
-    turns: dict[str, dict[str, tuple[str, str]]] = {}
+def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord], *, legacy: bool = False) -> list[MemoryRecord]:
+    """The records of one user whose index text, keywords or vector differ from what this version
+    writes, with the new index text and keywords (their vectors still to be made where `needs_vector`).
+
+    `legacy`: the store's vectors embed the whole index text (layout 1), not `vector_text`.
+    """
+    turns: dict[str, dict[str, tuple[str | None, str | None]]] = {}
     for session_id in sorted({r.session_id for r in records if _is_turn(r) and r.session_id}):
         messages: list[MessageRecord] = service.store.session_messages(scope, session_id, 1_000_000)
         built = {}
         for message, memory in zip(messages, service.raw_memories(messages), strict=True):
-            record = service.prepare(scope.org_id, memory)
-            context, own = index_parts(record.index_text, record.content)
-            built[message.message_id] = (context or "", own[: len(own) - len(record.content)])
+            try:
+                record = service.prepare(scope.org_id, memory)
+            except InvalidInputError as exc:  # a turn over today's limits keeps the text it has
+                log.warning("reindex: message %s of %s kept as it is: %s", message.message_id, scope.user_id, exc)
+                continue
+            context, _ = index_parts(record.index_text, record.content)
+            built[message.message_id] = (context, index_speaker(record.index_text, record.content))
         turns[session_id] = built
     changed = []
     for record in records:
-        context, own = index_parts(record.index_text, record.content)
-        speaker_prefix = own[: len(own) - len(record.content)]
+        context, _ = index_parts(record.index_text, record.content)
+        speaker = index_speaker(record.index_text, record.content)
         if _is_turn(record) and record.session_id in turns and record.source_ids[0] in turns[record.session_id]:
-            context, speaker_prefix = turns[record.session_id][record.source_ids[0]]
-        index_text = index_text_of(record.content, context or None, speaker_prefix.removesuffix(": ") or None)
+            context, speaker = turns[record.session_id][record.source_ids[0]]
+        index_text = index_text_of(record.content, context, speaker)
         keywords = service.keywords_of(index_text, record.content)
-        if index_text != record.index_text or keywords != record.keywords:
-            changed.append(record.model_copy(update={"index_text": index_text, "keywords": keywords}))
+        new = record.model_copy(update={"index_text": index_text, "keywords": keywords})
+        embedded = record.index_text if legacy else record.vector_text
+        if index_text != record.index_text or keywords != record.keywords or new.vector_text != embedded:
+            changed.append(new)
     return changed
 
 
 def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = False, service: Any = None) -> dict[str, Any]:
-    """Rebuild every memory's index text and keywords (and vector where its text changed); counts."""
+    """Rebuild every memory's index text and keywords (and vector where its text changed); counts.
+
+    A store whose vectors embed the whole index text (written before layout 2) has each memory
+    whose vector text differs from it re-embedded; once a run over every org writes every row it
+    meant to, the store is recorded as layout 2.
+    """
     from agent_memory.cli import build_service
 
     own = service is None
     service = service or build_service(settings)
+    legacy = service.store.index_format() < INDEX_FORMAT
     counts = {"users": 0, "memories": 0, "changed": 0, "reembedded": 0, "written": 0, "skipped": 0}
     try:
         for org, user in service.store.memory_owners(org_id):
@@ -71,11 +93,12 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
             records, vectors = service.store.user_memories(scope)
             counts["users"] += 1
             counts["memories"] += len(records)
-            changed = rebuilt(service, scope, records)
+            changed = rebuilt(service, scope, records, legacy=legacy)
             counts["changed"] += len(changed)
             if dry_run or not changed:
                 continue
-            before = {r.id: (r.vector_text, vector) for r, vector in zip(records, vectors, strict=True)}
+            before = {r.id: (r.index_text if legacy else r.vector_text, vector)
+                      for r, vector in zip(records, vectors, strict=True)}
             for start in range(0, len(changed), BATCH):
                 batch = changed[start : start + BATCH]
                 moved = [r for r in batch if r.vector_text != before[r.id][0]]
@@ -86,8 +109,11 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
                 written = service.store.reindex_memories(scope, batch)
                 counts["written"] += written
                 counts["skipped"] += len(batch) - written
+        if legacy and not dry_run and org_id is None and counts["skipped"] == 0:
+            service.store.set_index_format(INDEX_FORMAT)
+        layout = service.store.index_format()
     finally:
         if own:
             service.close()
     log.info("reindex: %s", counts)
-    return {"dry_run": dry_run, **counts}
+    return {"dry_run": dry_run, "index_format": layout, **counts}

@@ -299,15 +299,28 @@ class LanceStore:
         result = _retrying(lambda: table.merge_insert("id").when_matched_update_all().execute(data), "update")
         return int(getattr(result, "num_updated_rows", len(rows)))
 
+    def index_format(self) -> int:
+        """The layout of what search reads in `memories` (see `schema.INDEX_FORMAT_KEY`)."""
+        metadata = self._tables[sc.MEMORIES].to_lance().schema.metadata or {}
+        return int(metadata.get(sc.INDEX_FORMAT_KEY, b"1"))
+
+    def set_index_format(self, value: int) -> None:
+        """Record the layout every row of `memories` now has (one commit of the schema metadata)."""
+        dataset = self._tables[sc.MEMORIES].to_lance()
+        metadata = {k.decode(): v.decode() for k, v in (dataset.schema.metadata or {}).items()}
+        dataset.replace_schema_metadata({**metadata, sc.INDEX_FORMAT_KEY.decode(): str(value)})
+
     def reindex_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
         """Write records' index text, keywords, vector and vocabulary share; return rows written.
 
         A row is written only if it still has the `updated_at`, status, access count and content it
-        was read with: whatever changed it meanwhile (a patch, a merge, an access fold) wins.
+        was read with: whatever changed it meanwhile (a patch, a merge, an access fold) wins. A
+        table switched to another embedding model meanwhile is refused (`embedding_model_mismatch`).
         """
         records = [r for r in records if r.vector is not None]
         if not records:
             return 0
+        self._snapshot()  # raises if the table now holds another model's vectors
         stored = {r.id: r for r in self.get_memories(scope, [r.id for r in records], with_vectors=True)}
         rows = [sc.memory_row(r) for r in records if r.id in stored]
         if not rows:

@@ -24,6 +24,11 @@ SYSTEM_ORG = "__system__"
 
 MODEL_KEY = b"embedding_model"
 DIM_KEY = b"embedding_dim"
+# What search reads of a memory, by layout version: 1, the vector embedded the whole index text
+# (context included); 2, it embeds the memory alone (`MemoryRecord.vector_text`). Stores without
+# the key are 1 until `agent-memory reindex` has brought every row to 2.
+INDEX_FORMAT_KEY = b"index_format"
+INDEX_FORMAT = 2
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -60,7 +65,7 @@ def memories_schema(dim: int, model: str) -> pa.Schema:
             pa.field("origin_hash", pa.string(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim)),
         ],
-        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode()},
+        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode(), INDEX_FORMAT_KEY: str(INDEX_FORMAT).encode()},
     )
 
 

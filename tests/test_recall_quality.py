@@ -140,26 +140,30 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
     import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT + EDITOR_CHAT))
     service.add("acme", {"user_id": "u1", "content": "用户喜欢喝绿茶"})
     current = {r.id: r for r in service.store.user_memories(U)[0]}
-    # Rows as an older version wrote them: context inside the vector text, no speaker, bigram keywords.
+    # Rows as the previous layout wrote them: no speaker, stale keywords, and a vector of the whole
+    # index text, context included (for a one-person chat the index text itself is unchanged).
     old = []
     for record in current.values():
         context, _ = index_parts(record.index_text, record.content)
         text = f"{context}\n{record.content}" if context else record.content
-        old.append(record.model_copy(update={"index_text": text, "keywords": "stale"}))
-    service.embed_records(old)
+        vector = service.embedder.embed_batch([text])[0].tolist()
+        old.append(record.model_copy(update={"index_text": text, "keywords": "stale", "vector": vector}))
     service.store.replace_memories(U, old)
-    fact = next(r for r in old if r.content.startswith("I joined a pottery class"))
-    assert service.store.get_memories(U, [fact.id])[0].vector_text == fact.content
+    service.store.set_index_format(1)
+    editor_ack = next(r for r in old if r.content == "Thanks, super helpful.")
+    assert editor_ack.index_text == current[editor_ack.id].index_text  # unchanged text, stale vector
 
+    assert reindex(service.settings, service=service, dry_run=True)["written"] == 0
     report = reindex(service.settings, service=service)
     assert report["changed"] == report["written"] == len(current) and report["skipped"] == 0
-    assert report["reembedded"] == sum(1 for r in current.values() if r.vector_text != r.content) > 0
-    after = {r.id: r for r in service.store.user_memories(U)[0]}
+    assert report["reembedded"] == sum(1 for r in old if current[r.id].vector_text != r.index_text) > 0
+    assert report["index_format"] == 2 == service.store.index_format()
+    after = {r.id: r for r in service.store.get_memories(U, list(current), with_vectors=True)}
     for memory_id, record in current.items():
         assert (after[memory_id].index_text, after[memory_id].keywords) == (record.index_text, record.keywords)
-    fresh = service.store.get_memories(U, [fact.id], with_vectors=True)[0]
-    expected = service.embedder.embed_batch([f"Caroline: {fact.content}"])[0]
-    assert float(expected @ np.asarray(fresh.vector)) == pytest.approx(1.0, abs=1e-4)
+        expected = service.embedder.embed_batch([record.vector_text])[0]
+        assert float(expected @ np.asarray(after[memory_id].vector)) == pytest.approx(1.0, abs=1e-4), record.content
+    fact = next(r for r in old if r.content.startswith("I joined a pottery class"))
     assert _top(service, "What class did Caroline join?")[0] == fact.content
     # Nothing left to do: a second run writes nothing.
     assert reindex(service.settings, service=service)["changed"] == 0
@@ -221,3 +225,22 @@ def test_the_family_question_finds_its_evidence_first(make_service: Callable[...
     service = _demo_service(make_service, tmp_path)
     hits = service.recall("acme", {"user_id": NOT_YET[0], "query": NOT_YET[1], "top_k": 3}).memories
     assert hits and set(hits[0].source_ids) & _evidence(*NOT_YET)
+
+
+def test_a_conversation_sent_a_few_turns_at_a_time_is_indexed_as_an_import_indexes_it(
+    make_service: Callable[..., MemoryService], tmp_path: Path
+) -> None:
+    from agent_memory.extraction import extract_and_store
+
+    service = make_service()
+    import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT))
+    want = {r.content: (r.index_text, r.keywords) for r in service.store.user_memories(U)[0]}
+    turns = [{"role": role, "content": content, "name": name, "message_id": f"s1:m{i}",
+              "created_at": datetime(2025, 3, 2, 9, i, tzinfo=timezone.utc)}
+             for i, (role, content, name) in enumerate(FRIENDS_CHAT[0], start=1)]
+    for start in range(0, len(turns), 2):  # two turns per request, as an agent posts them
+        records = service.message_records("acme", "u2", "s1", turns[start : start + 2])
+        service.log_messages("acme", records)
+        extract_and_store(service, "acme", records, "raw", actor="test")
+    got = {r.content: (r.index_text, r.keywords) for r in service.store.user_memories(Scope.user("acme", "u2"))[0]}
+    assert got == want and any("\n" in text for text, _ in got.values())

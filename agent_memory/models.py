@@ -300,7 +300,11 @@ class SearchQuery(_Input):
     filters: dict[str, MetadataValue] | None = None
     since: UtcDatetime | None = None
     until: UtcDatetime | None = None
-    min_score: Unit | None = None
+    min_score: Unit | None = Field(
+        default=None,
+        description="Leave out hits scoring under this (0..1, the scale of `score`). Unset: the server's "
+                    "noise floor (AGENT_MEMORY_RECALL_MIN_SCORE, 0.1 by default); 0 keeps every hit.",
+    )
     mode: RecallMode = "hybrid"
 
 

@@ -9,6 +9,7 @@ COPY agent_memory agent_memory
 COPY storage storage
 COPY jobs jobs
 COPY serve_app serve_app
+COPY cli cli
 COPY cluster cluster
 COPY examples examples
 RUN pip install --no-cache-dir .

@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 bootstrap: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m agent_memory.demo
+	$(PY) -m cli.main serve --load-sample
 
 test: $(STAMP)
 	$(PY) -m pytest

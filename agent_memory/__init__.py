@@ -20,7 +20,11 @@ __all__ = [
 
 
 def open_service(settings: Settings | None = None, **kwargs):  # type: ignore[no-untyped-def]
-    """A MemoryService on the store and model the settings name (for notebooks and scripts)."""
-    from agent_memory.cli import build_service
+    """A MemoryService on the store and model the settings name (for notebooks and scripts).
 
-    return build_service(settings or Settings(), **kwargs)
+    The convenience `storage.connect.open_service` under the core's name: the core itself never
+    wires in storage, so the import waits for the call.
+    """
+    from storage.connect import open_service as connect
+
+    return connect(settings or Settings(), **kwargs)

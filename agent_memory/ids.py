@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from typing import Any
 
@@ -49,3 +50,8 @@ def fingerprint(payload: Any) -> str:
     """A SHA-256 of a JSON-serialisable payload in canonical form."""
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def ordered_id() -> str:
+    """A unique id that sorts in creation order (nanosecond wall time, then randomness): audit events."""
+    return f"{time.time_ns():020d}{uuid.uuid4().hex[:12]}"

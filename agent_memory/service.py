@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ import numpy as np
 
 from agent_memory import scoring
 from agent_memory.access import AccessRecorder
+from agent_memory.audit import audit_view, erasure_event, memory_event
 from agent_memory.embedding import Embedder
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from agent_memory.ids import fingerprint, memory_id, stable_id
@@ -315,26 +314,14 @@ class MemoryService:
             assert isinstance(result, WriteResult)
             result.created.update(r.id for r in records if r.id in created and r.id in fresh)
             events += [
-                self._event(r, "created", actor, after=_audit_view(r), event_id=stable_id("event:created", r.id))
+                self._event(r, "created", actor, after=audit_view(r), event_id=stable_id("event:created", r.id))
                 for r in records if r.id in created or r.id in stored
             ]
         self.store.append_events(org_id, events)
         return results
 
-    def _event(
-        self,
-        record: MemoryRecord,
-        action: str,
-        actor: str,
-        *,
-        before: dict[str, Any] | None = None,
-        after: dict[str, Any] | None = None,
-        event_id: str | None = None,
-    ) -> MemoryEvent:
-        return MemoryEvent(
-            id=event_id or _ordered_id(), org_id=record.org_id, user_id=record.user_id, memory_id=record.id,
-            action=action, actor=actor, created_at=self.clock(), before=before, after=after,
-        )
+    def _event(self, record: MemoryRecord, action: str, actor: str, **change: Any) -> MemoryEvent:
+        return memory_event(record, action, actor, self.clock(), **change)
 
     # -- reading and changing one memory -------------------------------------------------------
 
@@ -435,10 +422,7 @@ class MemoryService:
         self.access.discard_user(org_id, user_id)
         counts = self.store.erase_user(org_id, user_id)
         self.access.discard_user(org_id, user_id)
-        event = MemoryEvent(
-            id=_ordered_id(), org_id=org_id, user_id=user_id, memory_id=None, action="erased",
-            actor=actor, created_at=self.clock(), after={"rows_deleted": counts},
-        )
+        event = erasure_event(org_id, user_id, actor, self.clock(), counts)
         self.store.append_events(org_id, [event])
         return counts
 
@@ -713,11 +697,6 @@ class _NoStore:
         return refuse
 
 
-def _ordered_id() -> str:
-    """A unique id that sorts in creation order (nanosecond wall time, then randomness)."""
-    return f"{time.time_ns():020d}{uuid.uuid4().hex[:12]}"
-
-
 def _hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallHit:
     return RecallHit(
         id=record.id, content=record.content, memory_type=record.memory_type, score=score, scores=parts,
@@ -746,14 +725,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
-
-
-def _audit_view(record: MemoryRecord) -> dict[str, Any]:
-    return {
-        "content": record.content, "memory_type": record.memory_type, "importance": record.importance,
-        "confidence": record.confidence, "source_ids": list(record.source_ids), "metadata": record.metadata,
-        "created_at": record.created_at.isoformat(),
-    }
 
 
 def group_sessions(records: Iterable[MessageRecord]) -> list[list[MessageRecord]]:

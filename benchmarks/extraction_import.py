@@ -11,11 +11,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from agent_memory.cli import build_service
 from agent_memory.history import import_history
 from agent_memory.models import Scope
 from agent_memory.settings import Settings
 from benchmarks.common import timed, write_result
+from storage.connect import open_service
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -38,7 +38,7 @@ def main() -> None:
         history.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows if r["user_id"] in chosen),
                            encoding="utf-8")
         settings = Settings(storage_uri=str(Path(tmp) / "lancedb"))
-        with build_service(settings) as service:
+        with open_service(settings) as service:
             report, seconds = timed(import_history, service, history, mode=args.mode)
             stats = service.stats()["memories"]
             hit = 0

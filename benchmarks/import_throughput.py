@@ -2,7 +2,7 @@
 
 On the same deterministic history (English and Chinese chat turns, 20-turn sessions), measures:
 
-1. import: `python -m agent_memory.cli import FILE --mode raw` as a subprocess, timed as a user
+1. import: `python -m cli.main import FILE --mode raw` as a subprocess, timed as a user
    waits for it (interpreter and Ray start-up, the pipeline, the commits and the index refresh),
    with the peak resident memory of its whole process tree (Ray's workers included), sampled.
 2. bare encode: `SentenceTransformer.encode` with the bundled model, at the best of several batch
@@ -93,7 +93,7 @@ def run_import(path: Path, workdir: Path, engine: str) -> dict[str, float]:
     """The whole CLI import as a subprocess: wall time, peak tree RSS, and its JSON report."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                AGENT_MEMORY_STORAGE_URI=str(workdir / "lancedb"))
-    command = [sys.executable, "-m", "agent_memory.cli", "import", str(path), "--mode", "raw", "--engine", engine,
+    command = [sys.executable, "-m", "cli.main", "import", str(path), "--mode", "raw", "--engine", engine,
                "--report", str(workdir / "import.report.json")]
     peak = 0
     started = time.perf_counter()
@@ -150,12 +150,12 @@ def bare_encode(model: object, texts: list[str], batch_sizes: list[int], sample:
 
 def row_by_row(path: Path, workdir: Path, sample: int) -> dict[str, float]:
     """Embed-then-add, one message per call, through the Python API."""
-    from agent_memory.cli import build_service
     from agent_memory.settings import Settings
+    from storage.connect import open_service
 
     rows = [json.loads(line) for line in path.read_text().splitlines()[:sample]]
     settings = Settings(storage_uri=str(workdir / "loop-lancedb"), _env_file=None)  # type: ignore[call-arg]
-    with build_service(settings) as service:
+    with open_service(settings) as service:
         service.add("bench", {"user_id": "warm", "content": "warm-up"})
         started = time.perf_counter()
         for row in rows:

@@ -189,7 +189,7 @@ def main() -> int:
                         help="keep the imported stores here and reuse them (only while the index settings stay)")
     args = parser.parse_args()
 
-    from agent_memory.cli import build_service  # the same wiring `agent-memory eval` uses
+    from storage.connect import open_service  # the same wiring `agent-memory eval` uses
 
     base = Settings(_env_file=None, embedding_cache_size=4096)  # type: ignore[call-arg]
     payload: dict[str, Any] = {"settings": {k: getattr(base, k) for k in (
@@ -205,7 +205,7 @@ def main() -> int:
             questions = load_questions(questions_path)
             settings = base.model_copy(update={"storage_uri": os.path.join(tmp, name)})
             reuse = Path(settings.storage_uri).exists()
-            service = build_service(settings)
+            service = open_service(settings)
             services.append(service)
             if not reuse:
                 import_history(service, history, mode=args.mode)

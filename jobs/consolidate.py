@@ -28,7 +28,12 @@ import numpy as np
 from agent_memory.consolidation import build_judge, build_summarizer, consolidate_user
 from agent_memory.errors import ConflictError
 from agent_memory.models import Scope, check_identifier, utcnow
+from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
+from jobs.runtime import ensure_ray
+from storage import open_store
+from storage.connect import open_service
+from storage.schema import SYSTEM_ORG
 
 log = logging.getLogger(__name__)
 LEASE = "consolidation"
@@ -37,16 +42,9 @@ COUNTS = ("clusters", "merged", "expired", "decayed", "purged")
 IN_PROCESS_MAX_USERS = 20
 
 
-def _open_service(settings: Settings, now: datetime) -> Any:
+def _open_service(settings: Settings, now: datetime) -> MemoryService:
     """A memory service on the configured store; the model is loaded only if LLM summaries need it."""
-    from agent_memory.embedding import build_embedder
-    from agent_memory.service import MemoryService
-    from storage import open_store
-
-    embedder = build_embedder(settings) if settings.llm_configured else None
-    store = open_store(settings, embedding_model=embedder.name if embedder else None,
-                       embedding_dim=embedder.dim if embedder else None)
-    return MemoryService(store, embedder, settings, clock=lambda: now, defer_access=False)
+    return open_service(settings, with_embedder=settings.llm_configured, clock=lambda: now)
 
 
 class ConsolidateUsers:
@@ -84,8 +82,7 @@ def _on_ray(owners: list[tuple[str, str]], settings: Settings, now: datetime, dr
     import ray
     from ray.data import ActorPoolStrategy
 
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ensure_ray(address)
     workers = max(1, min(settings.consolidation_workers, len(owners)))
     ds = ray.data.from_items([{"org_id": o, "user_id": u} for o, u in owners],
                              override_num_blocks=max(1, min(len(owners), workers * 4)))
@@ -124,8 +121,6 @@ def run_consolidation(
     Ray Data above `IN_PROCESS_MAX_USERS` users and runs in-process below. A dry run plans only:
     it takes no lease and writes nothing. Raises ConflictError while another run holds the lease.
     """
-    from storage import open_store
-
     started = time.perf_counter()
     now = now or utcnow()
     check_identifier("org_id", org_id, required=False)
@@ -193,8 +188,6 @@ def job_id(run_id: str) -> str:
 
 def report_org(org_id: str | None) -> str:
     """The org a run's job row belongs to: the org it covered, or the system org for all of them."""
-    from storage.schema import SYSTEM_ORG
-
     return org_id if org_id is not None else SYSTEM_ORG
 
 

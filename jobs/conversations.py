@@ -35,6 +35,7 @@ from agent_memory.models import MessageRecord, Scope, check_identifier, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from storage import open_store
+from storage.connect import open_service
 from storage.filters import Where
 
 log = logging.getLogger(__name__)
@@ -50,15 +51,6 @@ def scheduler_name(settings: Settings) -> str:
 def conversation_job_id(org_id: str, user_id: str, session_id: str, message_ids: Sequence[str], mode: str) -> str:
     """A deterministic job id: submitting the same messages twice names the same job."""
     return stable_id("job:conversation", org_id, user_id, session_id, mode, *message_ids)
-
-
-def _open_service(settings: Settings, *, with_embedder: bool) -> MemoryService:
-    from agent_memory.embedding import build_embedder
-
-    embedder = build_embedder(settings) if with_embedder else None
-    store = open_store(settings, embedding_model=embedder.name if embedder else None,
-                       embedding_dim=embedder.dim if embedder else None)
-    return MemoryService(store, embedder, settings, defer_access=False)
 
 
 def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, final: bool = True, attempt: int = 0) -> str:
@@ -103,7 +95,7 @@ class ExtractionWorker:
     """Holds a memory service (the model loaded once) and runs conversation jobs one at a time."""
 
     def __init__(self, settings: Settings) -> None:
-        self.service = _open_service(settings, with_embedder=True)
+        self.service = open_service(settings, with_embedder=True)
 
     def run(self, org_id: str, job_id: str, attempt: int, final: bool) -> str:
         return run_conversation_job(self.service, org_id, job_id, final=final, attempt=attempt)

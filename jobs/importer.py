@@ -41,12 +41,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agent_memory.embedding import OPENAI_PREFIX, Embedder, build_embedder
-from agent_memory.errors import AgentMemoryError, InvalidInputError, UnavailableError
+from agent_memory.embedding import Embedder, build_embedder
+from agent_memory.errors import AgentMemoryError, InvalidInputError
+from agent_memory.extraction import extract_and_store
 from agent_memory.history import Format, ImportMode, detect_format, expand_paired, parse_turn, read_stream
 from agent_memory.models import MemoryRecord, MessageRecord
 from agent_memory.service import MemoryService, group_sessions
 from agent_memory.settings import Settings
+from jobs.runtime import EmbedMemories, embed_batch, embed_cpus, embed_pool, ensure_ray
+from storage import open_store
+from storage.connect import open_service
 
 log = logging.getLogger(__name__)
 Engine = Literal["auto", "ray", "local"]
@@ -237,41 +241,7 @@ EXTRACTED_COLUMNS = ("org_id", "message", "memory", "vector_text")
 # -- stage 4: embed -----------------------------------------------------------------------------
 
 
-CPU_ACTOR_MODEL_BATCH = 16
-
-
-def actor_model_batch(settings: Settings) -> int:
-    """Texts per forward pass in an embedding actor (`import_embed_model_batch`, or its default).
-
-    The small default is for a local model on one CPU thread; a GPU, or a remote endpoint that
-    takes a request per batch, keeps `embedding_batch_size`.
-    """
-    if settings.import_embed_model_batch is not None:
-        return settings.import_embed_model_batch
-    remote = settings.embedding_model.strip().startswith(OPENAI_PREFIX)
-    if remote or settings.import_embed_num_gpus > 0:
-        return settings.embedding_batch_size
-    return CPU_ACTOR_MODEL_BATCH
-
-
-class EmbedMemories:
-    """Ray Data callable class: loads the model once per actor, embeds a batch of memories."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.embedder = build_embedder(settings.model_copy(update={"embedding_batch_size": actor_model_batch(settings)}))
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        return embed_batch(self.embedder, batch)
-
-
-def embed_batch(embedder: Embedder, batch: dict[str, Any]) -> dict[str, Any]:
-    """Add `vector`, `oov` and the model's name to a batch of extracted rows (one model call)."""
-    texts = [str(t) for t in batch["vector_text"]]
-    out = dict(batch)
-    out["vector"] = embedder.embed_batch(texts)
-    out["oov"] = np.asarray(embedder.oov_shares(texts), dtype=np.float32)
-    out["model"] = np.asarray([embedder.name] * len(texts), dtype=object)
-    return out
+# Embedding actors: jobs/runtime.py (shared with re-embedding).
 
 
 # -- stage 5: write -----------------------------------------------------------------------------
@@ -296,12 +266,8 @@ class ImportWriter:
     def open(self, model: str, dim: int, embedder: Embedder | None = None) -> MemoryService:
         """The service writing to the store (created for this model, or checked against it)."""
         if self.service is None:
-            from storage import open_store
-
-            store = self._store or open_store(self.settings, embedding_model=model, embedding_dim=dim)
-            if store.embedding_model != model or store.embedding_dim != dim:
-                raise UnavailableError(f"the store holds {store.embedding_model!r} vectors, not {model!r}")
-            self.service = MemoryService(store, embedder, self.settings, defer_access=False)
+            self.service = open_service(self.settings, embedder=embedder, with_embedder=False, store=self._store,
+                                        model=(model, dim))
         return self.service
 
     def commit_messages(self, message_json: Sequence[str], service: MemoryService) -> None:
@@ -406,8 +372,6 @@ def _require_extractor(mode: str) -> Callable[..., Any] | None:
         return None
     if mode not in ("rules", "llm"):
         raise InvalidInputError(f"mode must be raw, rules or llm, not {mode!r}")
-    from agent_memory.extraction import extract_and_store
-
     return extract_and_store
 
 
@@ -559,42 +523,6 @@ def _split(validated: Sequence[dict[str, Any]], result: ImportResult) -> tuple[l
     return messages, rejects
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to the cluster at `address`, or start a local Ray, unless this process already has one."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-
-
-def _embed_pool(settings: Settings) -> tuple[int, int]:
-    """(min, max) actors: as many as the cluster's CPUs (or GPUs) hold, capped by settings."""
-    import ray
-
-    resources = ray.cluster_resources()
-    if settings.import_embed_num_gpus > 0:
-        fits = int(resources.get("GPU", 0) / settings.import_embed_num_gpus)
-    else:
-        fits = int(resources.get("CPU", 1) / settings.import_embed_num_cpus)
-    top = max(1, min(settings.import_embed_max_actors, fits))
-    return 1, top
-
-
-def _embed_cpus(settings: Settings) -> float:
-    """CPUs each embedding actor reserves: the setting, or less where the node is partly taken.
-
-    Ray Data's tasks (repartitions, reads) reserve a whole CPU each; where Serve replicas or
-    extraction workers already hold part of the node, actors that took the rest would starve
-    those tasks and the job would wait forever, so they shrink to leave a CPU free.
-    """
-    import ray
-
-    free = float(ray.available_resources().get("CPU", 0.0))
-    if free >= settings.import_embed_num_cpus + 1.0:
-        return settings.import_embed_num_cpus
-    return max(0.1, round(min(settings.import_embed_num_cpus, free - 1.0), 2))
-
-
 def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, rejects_path: Path,
              store: Any, jobs: _JobRow | None) -> ImportWriter:
     """The pipeline on Ray Data; the driver commits the embedded stream chunk by chunk."""
@@ -644,14 +572,14 @@ def _run_ray(settings: Settings, options: ImportOptions, result: ImportResult, r
         .materialize()
     )
     result.memories = result.messages
-    low, high = _embed_pool(settings)
+    low, high = embed_pool(settings)
     embedded = extracted.repartition(target_num_rows_per_block=settings.import_embed_batch_rows).map_batches(
         EmbedMemories,
         fn_constructor_kwargs={"settings": settings},
         compute=ActorPoolStrategy(min_size=low, max_size=max(low, min(high, cpus))
                                   if settings.import_embed_num_gpus == 0 else high),
         batch_size=settings.import_embed_batch_rows,
-        num_cpus=_embed_cpus(settings) if settings.import_embed_num_gpus == 0 else settings.import_embed_num_cpus,
+        num_cpus=embed_cpus(settings) if settings.import_embed_num_gpus == 0 else settings.import_embed_num_cpus,
         num_gpus=settings.import_embed_num_gpus or None,
         batch_format="numpy",
     )
@@ -706,8 +634,6 @@ class _JobRow:
     """The `jobs` row of a submitted import: state, progress, error, report."""
 
     def __init__(self, settings: Settings, options: ImportOptions, store: Any) -> None:
-        from storage import open_store
-
         self.store = store or open_store(settings, embedding_model=None, embedding_dim=None)
         self.org_id = options.org_id
         self.job_id = str(options.job_id)
@@ -746,8 +672,6 @@ def submit_import(
     job API, while an actor works the same on a laptop and on a cluster.
     """
     import ray
-
-    from storage import open_store
 
     detect_format(path, fmt)
     _require_extractor(mode)

@@ -25,7 +25,9 @@ import numpy as np
 from agent_memory.embedding import Embedder, build_embedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
-from jobs.importer import EmbedMemories, _embed_cpus, _embed_pool, embed_batch, ensure_ray
+from jobs.runtime import EmbedMemories, embed_batch, embed_cpus, embed_pool, ensure_ray
+from storage import open_store
+from storage.reembed import open_staging, stage, stale, switch
 
 Engine = Literal["ray", "local"]
 
@@ -34,8 +36,6 @@ class Reembedding:
     """One re-embedding of a store: snapshot, catch-up and switch, callable step by step."""
 
     def __init__(self, settings: Settings, model: str, *, store: Any = None) -> None:
-        from storage import open_store
-
         self.settings = settings
         self.target = settings.model_copy(update={"embedding_model": model})
         self.store = store or open_store(settings, embedding_model=None, embedding_dim=None)
@@ -43,8 +43,6 @@ class Reembedding:
         if self.embedder.name == self.store.embedding_model:
             raise InvalidInputError(f"the store already holds vectors of {self.embedder.name!r}")
         self.previous = self.store.embedding_model
-        from storage.reembed import open_staging
-
         self.staging = open_staging(self.store, self.embedder.name, self.embedder.dim)
 
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, list[float]]:
@@ -53,8 +51,6 @@ class Reembedding:
 
     def snapshot(self, *, engine: Engine = "ray", show_progress: bool = False) -> int:
         """Embed every memory not staged yet; return how many were embedded."""
-        from storage.reembed import stage, stale
-
         todo = stale(self.store, self.staging)
         if not todo.num_rows:
             return 0
@@ -73,14 +69,14 @@ class Reembedding:
             from ray.data import ActorPoolStrategy
 
             ensure_ray()
-            low, high = _embed_pool(self.settings)
+            low, high = embed_pool(self.settings)
             dataset = ray.data.from_arrow(todo).repartition(
                 target_num_rows_per_block=self.settings.import_embed_batch_rows
             ).map_batches(
                 EmbedMemories, fn_constructor_kwargs={"settings": self.target},
                 compute=ActorPoolStrategy(min_size=low, max_size=high),
                 batch_size=self.settings.import_embed_batch_rows,
-                num_cpus=_embed_cpus(self.settings) if not self.settings.import_embed_num_gpus
+                num_cpus=embed_cpus(self.settings) if not self.settings.import_embed_num_gpus
                 else self.settings.import_embed_num_cpus,
                 num_gpus=self.settings.import_embed_num_gpus or None, batch_format="numpy",
             )
@@ -94,8 +90,6 @@ class Reembedding:
 
     def switch(self) -> int:
         """Catch up what changed meanwhile and switch `memories` to the new vectors; return rows caught up."""
-        from storage.reembed import switch
-
         return switch(self.store, self.staging, self.embedder.name, self.embedder.dim, self.embed)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from agent_memory.errors import InvalidInputError
 from agent_memory.models import MemoryRecord, MessageRecord, Scope, index_parts, index_speaker, index_text_of
 from agent_memory.settings import Settings
+from storage.connect import open_service
 from storage.schema import INDEX_FORMAT
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,8 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
     whose vector text differs from it re-embedded; once a run over every org writes every row it
     meant to, the store is recorded as layout 2.
     """
-    from agent_memory.cli import build_service
-
     own = service is None
-    service = service or build_service(settings)
+    service = service or open_service(settings)
     legacy = service.store.index_format() < INDEX_FORMAT
     counts = {"users": 0, "memories": 0, "changed": 0, "reembedded": 0, "written": 0, "skipped": 0}
     try:

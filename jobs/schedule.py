@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 
+from agent_memory.errors import ConflictError
 from agent_memory.models import as_utc, utcnow
 from agent_memory.settings import Settings
+from jobs.consolidate import run_consolidation
 
 
 class ConsolidationSchedule:
@@ -87,9 +89,6 @@ def submit_consolidation(
 
 
 def _run_and_report(settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
-    from agent_memory.errors import ConflictError
-    from jobs.consolidate import run_consolidation
-
     try:
         return run_consolidation(settings, use_ray=True, **options)
     except ConflictError as exc:

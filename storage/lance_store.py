@@ -159,15 +159,13 @@ class LanceStore:
         meta = table.schema.metadata or {}
         stored_model = meta.get(sc.MODEL_KEY, b"").decode()
         stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
-        if model is not None and (stored_model != model or (dim is not None and stored_dim != dim)):
-            raise ConflictError(
-                f"the store at {self.uri} holds vectors of {stored_model!r} ({stored_dim}-d), but the configured "
-                f"embedding model is {model!r} ({dim}-d). Set AGENT_MEMORY_EMBEDDING_MODEL={stored_model} "
-                f"or re-embed the store with `agent-memory reembed --model {model}`.",
-                code="embedding_model_mismatch",
-            )
+        _check_model(self.uri, (stored_model, stored_dim), model, dim)
         self._tables[sc.MEMORIES] = table
         return stored_model, stored_dim
+
+    def check_model(self, model: str | None, dim: int | None) -> None:
+        """Raise ConflictError unless the store holds vectors of this model (None checks nothing)."""
+        _check_model(self.uri, (self.embedding_model, self.embedding_dim), model, dim)
 
     def _create_indexes(self, table: Any, name: str, *, replace: bool = False) -> None:
         for column, config in INDEXES[name]:
@@ -932,6 +930,17 @@ class LanceStore:
     def versions(self, name: str) -> list[int]:
         """The retained versions of a table (erasure tests read every one)."""
         return [int(v["version"]) for v in self._tables[name].list_versions()]
+
+
+def _check_model(uri: str, stored: tuple[str, int], model: str | None, dim: int | None) -> None:
+    stored_model, stored_dim = stored
+    if model is not None and (stored_model != model or (dim is not None and stored_dim != dim)):
+        raise ConflictError(
+            f"the store at {uri} holds vectors of {stored_model!r} ({stored_dim}-d), but the configured "
+            f"embedding model is {model!r} ({dim}-d). Set AGENT_MEMORY_EMBEDDING_MODEL={stored_model} "
+            f"or re-embed the store with `agent-memory reembed --model {model}`.",
+            code="embedding_model_mismatch",
+        )
 
 
 def _hit_totals(logged: pa.Table) -> pa.Table:

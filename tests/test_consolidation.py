@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from agent_memory.cli import main
 from agent_memory.consolidation import (
     JUDGE_PROMPT,
     SUMMARY_PROMPT,
@@ -34,6 +33,7 @@ from agent_memory.errors import ConflictError
 from agent_memory.merge import merge_records
 from agent_memory.models import MemoryRecord, Scope
 from agent_memory.service import MemoryService
+from cli.main import main
 from jobs.consolidate import LEASE, job_id, run_consolidation
 from jobs.schedule import ConsolidationSchedule, submit_consolidation
 from tests.conftest import Clock

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent_memory.cli import main
 from agent_memory.errors import InvalidInputError
 from agent_memory.evaluation import evaluate_extraction, fact_matches, load_extraction_cases
 from agent_memory.service import MemoryService
+from cli.main import main
 from tests.conftest import ROOT
 
 CASES = ROOT / "examples" / "extraction_cases.jsonl"

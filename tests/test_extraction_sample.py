@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_memory.cli import main
 from agent_memory.history import import_history
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
+from cli.main import main
 from tests.conftest import ROOT
 
 USERS = {"u03", "u06", "u21", "u24"}  # English and Chinese users whose preference flips

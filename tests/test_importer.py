@@ -19,7 +19,8 @@ import pytest
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
-from jobs.importer import EmbedMemories, ImportOptions, actor_model_batch, dry_run, run_import, submit_import
+from jobs.importer import ImportOptions, dry_run, run_import, submit_import
+from jobs.runtime import EmbedMemories, actor_model_batch
 from storage import LanceStore
 from tests.conftest import ROOT
 
@@ -264,7 +265,7 @@ def test_killed_import_rerun_ends_exact(tmp_path: Path, ray_session: None) -> No
                AGENT_MEMORY_IMPORT_EMBED_BATCH_ROWS="40", AGENT_MEMORY_STORAGE_URI=settings.storage_uri)
     address = ray.get_runtime_context().gcs_address
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent_memory.cli", "import", str(path), "--engine", "ray", "--address", address,
+        [sys.executable, "-m", "cli.main", "import", str(path), "--engine", "ray", "--address", address,
          "--report", str(tmp_path / "killed.report.json")],
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent_memory.demo import DEMO_QUESTIONS
 from agent_memory.history import import_history
 from agent_memory.models import Scope, index_parts
 from agent_memory.service import MemoryService
+from cli.demo import DEMO_QUESTIONS
 from jobs.reindex import reindex
 from tests.conftest import ROOT, Clock
 

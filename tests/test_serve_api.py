@@ -275,7 +275,7 @@ def test_bad_input_is_a_clear_4xx(api, method: str, path: str, kwargs: dict, sta
 
 
 def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capsys) -> None:
-    from agent_memory.cli import main
+    from cli.main import main
 
     port = serve_app["url"].rsplit(":", 1)[1]  # the running app's own port
     assert main(["serve", "--port", port, "--storage-uri", str(tmp_path / "lancedb")]) == 2

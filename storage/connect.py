@@ -1,0 +1,42 @@
+"""The one wiring of the service: the embedder and the store the settings name, in a MemoryService.
+
+The CLI, the jobs, the Serve app, notebooks and benchmarks all open their service here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from agent_memory.embedding import Embedder, build_embedder
+from agent_memory.models import utcnow
+from agent_memory.service import MemoryService
+from agent_memory.settings import Settings
+from storage.lance_store import LanceStore, open_store
+
+
+def open_service(
+    settings: Settings,
+    *,
+    with_embedder: bool = True,
+    embedder: Embedder | None = None,
+    store: LanceStore | None = None,
+    model: tuple[str, int] | None = None,
+    clock: Callable[[], datetime] = utcnow,
+    defer_access: bool = False,
+) -> MemoryService:
+    """A MemoryService on the settings' store, with their embedder unless told otherwise.
+
+    `embedder` hands in a model already loaded (or one embedding elsewhere); `with_embedder=False`
+    opens the store without loading any (reads, erasure, maintenance). `model` (name, dim) creates
+    or checks the store for vectors embedded elsewhere, as import and re-embed actors do. `store`
+    shares one open store between services; it must hold the embedder's vectors.
+    """
+    if embedder is None and with_embedder:
+        embedder = build_embedder(settings)
+    name, dim = (embedder.name, embedder.dim) if embedder is not None else model or (None, None)
+    if store is None:
+        store = open_store(settings, embedding_model=name, embedding_dim=dim)
+    else:
+        store.check_model(name, dim)
+    return MemoryService(store, embedder, settings, clock=clock, defer_access=defer_access)

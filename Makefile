@@ -21,10 +21,13 @@ run: $(STAMP)
 	$(PY) -m cli.main serve --load-sample
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 eval: $(STAMP)
 	$(VENV)/bin/agent-memory eval --history examples/sample_history.jsonl --questions examples/sample_questions.jsonl

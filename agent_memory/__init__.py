@@ -23,8 +23,10 @@ def open_service(settings: Settings | None = None, **kwargs):  # type: ignore[no
     """A MemoryService on the store and model the settings name (for notebooks and scripts).
 
     The convenience `storage.connect.open_service` under the core's name: the core itself never
-    wires in storage, so the import waits for the call.
+    wires in storage, so the import waits for the call. A script or notebook runs on its own
+    store, so it gets the maintenance interface too (erasure, counts across orgs, the tables).
     """
     from storage.connect import open_service as connect
 
+    kwargs.setdefault("with_maintenance", True)
     return connect(settings or Settings(), **kwargs)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from agent_memory.errors import InvalidInputError
+from agent_memory.extraction import build_extractor, extract_and_store
+from agent_memory.models import Scope
+from agent_memory.text import terms
 
 MODES = ("hybrid", "dense", "keyword")
 
@@ -99,7 +103,7 @@ def evaluate_recall(
         category: {**{m: _mean(rows[m]) for m in MODES}, "questions": len(rows["hybrid"])}
         for category, rows in sorted(by_category.items())
     }
-    configured = float(service.settings.recall_min_score)
+    configured = float(service.settings.recall.min_score)
 
     def cut(floor: float) -> dict[str, float]:
         return {"min_score": floor,
@@ -156,8 +160,6 @@ def fact_matches(fact: str, content: str) -> bool:
     Labelled facts are written as their key words ("green tea", "周五 会议"), so a memory matches
     whatever its wording around them; plural and singular English words count as the same.
     """
-    from agent_memory.text import terms
-
     def stems(text: str) -> set[str]:
         return {t[:-1] if len(t) > 3 and t.endswith("s") else t for t in terms(text)}
 
@@ -176,11 +178,6 @@ def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *,
     recall: share of expected facts stated by some active memory; flips: share of `superseded`
     facts that no active memory states any more (except one that also states the newer fact).
     """
-    from datetime import datetime, timedelta, timezone
-
-    from agent_memory.extraction import build_extractor, extract_and_store
-    from agent_memory.models import Scope
-
     extractor = build_extractor(service.settings, mode)  # type: ignore[arg-type]
     base = datetime(2025, 1, 1, tzinfo=timezone.utc)
     totals: dict[str, dict[str, int]] = {}

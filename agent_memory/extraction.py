@@ -30,24 +30,22 @@ again over the same messages adds nothing and records no new decision.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from agent_memory.audit import memory_event
 from agent_memory.errors import InvalidInputError
 from agent_memory.ids import stable_id
+from agent_memory.llm import LLMExtractor
 from agent_memory.merge import merge_records, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
 from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised
+from agent_memory.service import MemoryService, group_sessions
 from agent_memory.store import RecallFilter
 from agent_memory.text import keyword_text, lexical_similarity
-
-if TYPE_CHECKING:
-    from agent_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
 Mode = Literal["raw", "rules", "llm"]
@@ -104,8 +102,6 @@ def build_extractor(settings: Any, mode: Mode) -> Extractor | None:
     if mode == "rules":
         return RulesExtractor()
     if mode == "llm":
-        from agent_memory.llm import LLMExtractor
-
         return LLMExtractor.from_settings(settings)
     raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
 
@@ -145,8 +141,6 @@ def extract_and_store(
 
 
 def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord], actor: str) -> ExtractionResult:
-    from agent_memory.service import group_sessions
-
     result = ExtractionResult(mode="raw", messages=len(messages))
     records = [service.prepare(org_id, m) for session in group_sessions(messages)
                for m in service.logged_raw_memories(session)]
@@ -160,11 +154,6 @@ def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord
 def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: str) -> str:
     """The id of an extracted memory: from its source messages and its normalised content."""
     return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), normalised(content))
-
-
-def _ordered_id() -> str:
-    """A unique event id that sorts in creation order."""
-    return f"{time.time_ns():020d}{uuid.uuid4().hex[:12]}"
 
 
 def _meta(record: MemoryRecord, key: str) -> Any:
@@ -193,7 +182,6 @@ class _Decider:
         self.changed: dict[str, MemoryRecord] = {}  # existing memories reinforced in this run
         self.originals: dict[str, MemoryRecord] = {}
         self.retired: dict[str, tuple[MemoryRecord, str]] = {}  # id -> (memory, superseded_by)
-        self.events: list[MemoryEvent] = []
         self.result = ExtractionResult(mode="")
 
     # -- running ---------------------------------------------------------------------------------
@@ -205,7 +193,7 @@ class _Decider:
         self.result.candidates = len(candidates)
         keep = []
         for candidate in candidates:
-            if candidate.confidence < self.settings.extraction_min_confidence:
+            if candidate.confidence < self.settings.extraction.min_confidence:
                 self.result.below_confidence += 1
                 continue
             keep.append(candidate)
@@ -250,9 +238,9 @@ class _Decider:
         """The user's active memories closest to a text (what the LLM is shown)."""
         if not text.strip():
             return []
-        k = self.settings.extraction_neighbours
+        k = self.settings.extraction.neighbours
         ids = [c.id for c in self.service.store.keyword_search(self.scope, keyword_text(text), self._filter(), k)]
-        if self.service.embedder is not None and self.service.embedder.oov_shares([text])[0] < self.settings.oov_full_share:
+        if self.service.embedder is not None and self.service.embedder.oov_shares([text])[0] < self.settings.recall.oov_full_share:
             vector = self.service.embedder.embed_batch([text])[0]
             ids += [c.id for c in self.service.store.vector_search(self.scope, vector, self._filter(), k)]
         found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))}
@@ -261,10 +249,10 @@ class _Decider:
     def _neighbours(self, candidate: Candidate, record: MemoryRecord) -> list[MemoryRecord]:
         """Active memories (stored, or made in this run) that this candidate may restate or contradict."""
         store = self.service.store
-        k = self.settings.extraction_neighbours
+        k = self.settings.extraction.neighbours
         vector = np.asarray(record.vector, dtype=np.float32)
         ids: list[str] = [c.id for c in store.keyword_search(self.scope, record.keywords, self._filter(), k)]
-        if record.oov < self.settings.oov_full_share:
+        if record.oov < self.settings.recall.oov_full_share:
             ids += [c.id for c in store.vector_search(self.scope, vector, self._filter(), k)]
         if candidate.slot:
             # Exact within the user's rows: every memory of the same slot, whatever its language.
@@ -301,11 +289,11 @@ class _Decider:
         """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
         if normalised(record.content) == normalised(other.content):
             return 1.0
-        score = lexical_similarity(record.content, other.content) / self.settings.extraction_reinforce_lexical
-        full = self.settings.oov_full_share
+        score = lexical_similarity(record.content, other.content) / self.settings.extraction.reinforce_lexical
+        full = self.settings.recall.oov_full_share
         if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
             cosine = float(np.dot(np.asarray(record.vector), np.asarray(other.vector)))
-            score = max(score, cosine / self.settings.extraction_reinforce_cosine)
+            score = max(score, cosine / self.settings.extraction.reinforce_cosine)
         return score
 
     def _restated(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
@@ -365,11 +353,8 @@ class _Decider:
 
     # -- applying ----------------------------------------------------------------------------------
 
-    def _event(self, memory: MemoryRecord, action: str, **payload: Any) -> MemoryEvent:
-        return MemoryEvent(
-            id=_ordered_id(), org_id=self.scope.org_id, user_id=memory.user_id, memory_id=memory.id,
-            action=action, actor=self.actor, created_at=self.now, **payload,  # type: ignore[arg-type]
-        )
+    def _event(self, memory: MemoryRecord, action: str, **change: Any) -> MemoryEvent:
+        return memory_event(memory, action, self.actor, self.now, **change)
 
     def _apply(self) -> None:
         """New memories first (one embed, one commit), then reinforcements, then supersessions.
@@ -380,32 +365,15 @@ class _Decider:
         service, scope = self.service, self.scope
         if self.new:
             service.write_records(scope.org_id, list(self.new.values()), actor=self.actor, on_conflict="skip")
-        events: list[MemoryEvent] = []
-        reinforced = [r for r in self.changed.values() if r.id not in self.retired]
-        if reinforced:
-            service.store.replace_memories(scope, reinforced)
-            for merged in reinforced:
-                before = self.originals[merged.id]
-                events.append(self._event(
-                    merged, "reinforced",
-                    before={"source_ids": list(before.source_ids), "importance": before.importance},
-                    after={"source_ids": list(merged.source_ids), "importance": merged.importance},
-                ))
-        if self.retired:
-            retired = []
-            for old, by_id in self.retired.values():
-                current = self.new.get(old.id) or self.changed.get(old.id) or old
-                row = superseded(current, by_id, self.now)
-                # The fact stopped holding when the newer statement was made, not when it was processed.
-                newer = self.new.get(by_id) or self.changed.get(by_id)
-                if newer is not None and newer.valid_from <= self.now:
-                    row.valid_to = max(newer.valid_from, current.valid_from)
-                retired.append(row)
-                events.append(self._event(
-                    current, "superseded", before={"status": "active", "content": current.content},
-                    after={"status": "superseded", "superseded_by": by_id},
-                ))
-            service.store.replace_memories(scope, retired)
-            service.access.discard(scope.org_id, [r.id for r in retired])
-        if events:
-            service.store.append_events(scope.org_id, events)
+        reinforced = [(self.originals[r.id], r) for r in self.changed.values() if r.id not in self.retired]
+        service.writes.reinforce_many(scope, reinforced, actor=self.actor, at=self.now)
+        retired = []
+        for old, by_id in self.retired.values():
+            current = self.new.get(old.id) or self.changed.get(old.id) or old
+            row = superseded(current, by_id, self.now)
+            # The fact stopped holding when the newer statement was made, not when it was processed.
+            newer = self.new.get(by_id) or self.changed.get(by_id)
+            if newer is not None and newer.valid_from <= self.now:
+                row.valid_to = max(newer.valid_from, current.valid_from)
+            retired.append((current, row))
+        service.writes.retire_many(scope, retired, actor=self.actor, at=self.now)

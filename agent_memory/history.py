@@ -1,20 +1,22 @@
-"""History files: reading JSONL, CSV (message-per-row and paired layouts) and Parquet, validating
-each row into a conversation turn, and the in-process import used by `eval` and small loads."""
+"""History files: reading JSONL, CSV (message-per-row and paired layouts) and Parquet, and
+validating each row into a conversation turn. Pure parsing: the import itself (logging, memories,
+embedding, writing) is `jobs.importer`."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+import pyarrow.parquet as pq
+
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import Message, MessageRecord, check_identifier, parse_input
+from agent_memory.models import Message, check_identifier, parse_input
 
 Format = Literal["auto", "jsonl", "csv", "parquet"]
 ImportMode = Literal["raw", "rules", "llm"]
@@ -41,35 +43,6 @@ class ParsedTurn:
     session_id: str
     agent_id: str | None
     message: Message
-
-
-@dataclass
-class ImportReport:
-    """What an import did; printed as JSON at the end of a run."""
-
-    rows_read: int = 0
-    rows_rejected: int = 0
-    messages_logged: int = 0
-    memories_written: int = 0
-    memories_skipped: int = 0
-    redactions: dict[str, int] = field(default_factory=dict)
-    duration_s: float = 0.0
-    rows_per_s: float = 0.0
-    rejects: list[Reject] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready view, rejects summarised by reason."""
-        reasons: dict[str, int] = {}
-        for r in self.rejects:
-            key = r.reason.split(":")[0]
-            reasons[key] = reasons.get(key, 0) + 1
-        return {
-            "rows_read": self.rows_read, "rows_rejected": self.rows_rejected,
-            "messages_logged": self.messages_logged, "memories_written": self.memories_written,
-            "memories_skipped": self.memories_skipped, "redactions": self.redactions,
-            "duration_s": round(self.duration_s, 3), "rows_per_s": round(self.rows_per_s, 1),
-            "rejects_by_reason": reasons,
-        }
 
 
 def detect_format(path: str, fmt: Format = "auto") -> Literal["jsonl", "csv", "parquet"]:
@@ -139,8 +112,6 @@ def read_stream(handle: BinaryIO, kind: Literal["jsonl", "csv", "parquet"]) -> I
         finally:
             text.detach()
     else:
-        import pyarrow.parquet as pq
-
         number = 0
         for batch in pq.ParquetFile(handle).iter_batches(batch_size=4096):
             for row in batch.to_pylist():
@@ -229,62 +200,3 @@ def parse_file(path: str | Path, fmt: Format, default_org: str) -> tuple[list[Pa
             except InvalidInputError as exc:
                 rejects.append(Reject(number, exc.message, expanded))
     return turns, rejects, read
-
-
-def import_history(
-    service: Any, path: str | Path, *, fmt: Format = "auto", mode: ImportMode = "raw",
-    org_id: str = "default", batch_size: int = 512, force_org: bool = False,
-) -> ImportReport:
-    """Import a history file in-process: log every turn, store memories per mode, in batches.
-
-    `org_id` is the org of rows that name none; with `force_org` it is every row's org.
-    """
-    from agent_memory.service import group_sessions
-
-    started = time.perf_counter()
-    report = ImportReport()
-    turns, report.rejects, report.rows_read = parse_file(path, fmt, org_id)
-    if force_org:
-        for turn in turns:
-            turn.org_id = org_id
-    report.rows_rejected = len(report.rejects)
-    records: list[MessageRecord] = []
-    for turn in turns:
-        redaction = service.redactor.redact(turn.message.content)
-        for kind, count in redaction.counts.items():
-            report.redactions[kind] = report.redactions.get(kind, 0) + count
-        records.extend(
-            service.message_records(turn.org_id, turn.user_id, turn.session_id, [turn.message], agent_id=turn.agent_id)
-        )
-    sessions = group_sessions(records)
-    by_org: dict[str, list[MessageRecord]] = {}
-    for record in records:
-        by_org.setdefault(record.org_id, []).append(record)
-    for org, org_records in by_org.items():
-        for start in range(0, len(org_records), batch_size * 4):
-            report.messages_logged += len(service.log_messages(org, org_records[start : start + batch_size * 4]))
-    if mode != "raw":
-        # rules / llm: each user's turns go through extraction in time order (supersede needs order).
-        from agent_memory.extraction import build_extractor, extract_and_store
-
-        extractor = build_extractor(service.settings, mode)
-        for org, org_records in by_org.items():
-            result = extract_and_store(service, org, org_records, mode, actor="import", extractor=extractor)
-            report.memories_written += len(result.created)
-            report.memories_skipped += result.unchanged
-        sessions = []
-    pending: list[tuple[str, Any]] = []
-    for session in sessions:
-        for memory in service.raw_memories(session):
-            pending.append((session[0].org_id, memory))
-    for start in range(0, len(pending), batch_size):
-        chunk = pending[start : start + batch_size]
-        for org in {o for o, _ in chunk}:
-            items = [m for o, m in chunk if o == org]
-            prepared = [service.prepare(org, m) for m in items]
-            result = service.write_records(org, prepared, actor="import", on_conflict="skip")
-            report.memories_written += len(result.created)
-            report.memories_skipped += len(prepared) - len(result.created)
-    report.duration_s = time.perf_counter() - started
-    report.rows_per_s = report.rows_read / report.duration_s if report.duration_s else 0.0
-    return report

@@ -165,15 +165,15 @@ class LLMClient:
     @classmethod
     def from_settings(cls, settings: Settings) -> LLMClient:
         """The client the settings configure; refuses when no LLM is configured."""
-        if not settings.llm_configured:
+        if not settings.llm.configured:
             raise InvalidInputError(
                 "mode 'llm' needs an LLM: set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL (and the key)"
             )
         return cls(
-            base_url=str(settings.llm_base_url), model=str(settings.llm_model), api_key=settings.llm_api_key,
-            timeout_s=settings.llm_timeout_s, max_retries=settings.llm_max_retries, backoff_s=settings.llm_backoff_s,
-            backoff_max_s=settings.llm_backoff_max_s, requests_per_minute=settings.llm_requests_per_minute,
-            response_format=settings.llm_response_format, temperature=settings.llm_temperature,
+            base_url=str(settings.llm.base_url), model=str(settings.llm.model), api_key=settings.llm.api_key,
+            timeout_s=settings.llm.timeout_s, max_retries=settings.llm.max_retries, backoff_s=settings.llm.backoff_s,
+            backoff_max_s=settings.llm.backoff_max_s, requests_per_minute=settings.llm.requests_per_minute,
+            response_format=settings.llm.response_format, temperature=settings.llm.temperature,
         )
 
     def _format(self, schema: type[BaseModel], name: str) -> dict[str, Any]:
@@ -199,16 +199,26 @@ class LLMClient:
         return UnavailableError(message, code=kind)
 
     def chat(
-        self, messages: list[dict[str, str]], *, schema: type[BaseModel] = ExtractionOutput, name: str = "memories"
+        self,
+        messages: list[dict[str, str]],
+        *,
+        schema: type[BaseModel] | None = ExtractionOutput,
+        name: str = "memories",
+        temperature: float | None = None,
     ) -> str:
-        """One completion's text in the JSON of `schema`, retried on 429, 5xx, timeouts and connection errors."""
+        """One completion's text, retried on 429, 5xx, timeouts and connection errors.
+
+        The answer is asked for in the JSON of `schema`, or as free text where `schema` is None;
+        `temperature` overrides the client's for this request.
+        """
+        shape: dict[str, Any] = {} if schema is None else {"response_format": self._format(schema, name)}
         for attempt in range(self.max_retries + 1):
             self.limiter.acquire()
             self.stats["requests"] += 1
             try:
                 response = self.client.chat.completions.create(
                     model=self.model, messages=messages,  # type: ignore[arg-type]
-                    temperature=self.temperature, response_format=self._format(schema, name),  # type: ignore[arg-type]
+                    temperature=self.temperature if temperature is None else temperature, **shape,
                 )
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError) as exc:
                 if attempt == self.max_retries:

@@ -72,6 +72,40 @@ class Scope:
         """The scope of one user in one org."""
         return cls(org_id=org_id, user_id=user_id)
 
+    @property
+    def org(self) -> OrgScope:
+        """The whole org this scope lies in."""
+        return OrgScope(self.org_id)
+
+    def holds(self, org_id: str, user_id: str | None, team_id: str | None = None) -> bool:
+        """Whether a row of that org, user and team lies inside the scope's org, user or team."""
+        return (org_id == self.org_id and (self.user_id is None or user_id == self.user_id)
+                and (self.team_id is None or team_id == self.team_id))
+
+
+@dataclass(frozen=True)
+class OrgScope:
+    """One whole org: the scope of writes that span its users (an import chunk, an access flush)
+    and of its jobs. Reads of memories always take a `Scope`, one user or team."""
+
+    org_id: str
+
+    def __post_init__(self) -> None:
+        check_identifier("org_id", self.org_id)
+
+    @property
+    def org(self) -> OrgScope:
+        """Itself: an org scope is already the whole org."""
+        return self
+
+    def holds(self, org_id: str, user_id: str | None, team_id: str | None = None) -> bool:
+        """Whether a row of that org lies inside the scope."""
+        return org_id == self.org_id
+
+
+# What a write names: one user or team, or the whole org for batches that span users.
+WriteScope = Scope | OrgScope
+
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)

@@ -48,7 +48,7 @@ class Weights:
     def from_settings(cls, settings: Settings) -> Weights:
         """The weights the settings configure."""
         return cls(
-            settings.weight_semantic, settings.weight_keyword, settings.weight_recency, settings.weight_importance
+            settings.recall.weight_semantic, settings.recall.weight_keyword, settings.recall.weight_recency, settings.recall.weight_importance
         )
 
     def for_mode(self, mode: RecallMode) -> Weights:

@@ -1,225 +1,281 @@
-"""One settings object, read from `AGENT_MEMORY_*` environment variables or `.env` once, then passed down."""
+"""One settings object, grouped by concern, read from `AGENT_MEMORY_*` environment variables or `.env`
+once at the edge, then passed down.
+
+Each group reads its own variables; a variable keeps the flat name it has always had
+(`AGENT_MEMORY_RECALL_MIN_SCORE` is `settings.recall.min_score`). `Settings(**flat)` and
+`settings.replace(**flat)` take those flat names (lower case, without the prefix), as Serve
+configs and `.env` files give them; a name that is no setting is refused. `docs/settings.md` is
+generated from this module (`python -m cli.settings_doc`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
+PREFIX = "AGENT_MEMORY_"
 
 
-class Settings(BaseSettings):
-    """Everything configurable about agent-memory; build it once at the edge and hand it down."""
+def env(name: str, default: Any = ..., **constraints: Any) -> Any:
+    """A field read from `AGENT_MEMORY_<NAME>` (its flat name), whatever the field is called in its group."""
+    return Field(default, validation_alias=PREFIX + name.upper(), **constraints)
 
-    model_config = SettingsConfigDict(env_prefix="AGENT_MEMORY_", env_file=".env", extra="ignore")
 
-    # Storage
-    storage_uri: str = "./data/lancedb"
-    storage_options: dict[str, str] = Field(default_factory=dict)
-    # Above this many rows in a scope wider than one user, an ANN index pays (see benchmarks/).
-    ann_min_rows: int = 200_000
+class Group(BaseSettings):
+    """A group of settings: each field read from its `AGENT_MEMORY_*` variable, else its default."""
 
-    # Embedding
-    embedding_model: str = BUNDLED_MODEL
-    embedding_device: Literal["auto", "cpu", "cuda"] = "auto"
-    # Local models on CPU run on ONNX Runtime (`auto`), the same vectors with less overhead a call;
-    # `torch` keeps PyTorch; GPUs always use torch.
-    embedding_backend: Literal["auto", "torch", "onnx"] = "auto"
-    embedding_batch_size: int = Field(default=64, ge=1, le=4096)
-    embedding_base_url: str | None = None
-    embedding_api_key: str | None = None
-    embedding_cache_size: int = Field(default=1024, ge=0)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=".env", extra="ignore", populate_by_name=True,
+                                      frozen=True)
+    # The group's fields under their flat names (the variable without its prefix, lower case).
+    flat_names: ClassVar[dict[str, str]] = {}
 
-    # LLM (OpenAI-compatible)
-    llm_base_url: str | None = None
-    llm_api_key: str | None = None
-    llm_model: str | None = None
-    llm_timeout_s: float = Field(default=30.0, gt=0)
-    # Retries of one request on 429, 5xx, timeouts and dropped connections, with exponential backoff.
-    llm_max_retries: int = Field(default=3, ge=0, le=10)
-    llm_backoff_s: float = Field(default=1.0, ge=0)
-    llm_backoff_max_s: float = Field(default=30.0, ge=0)
-    # Requests per minute this process sends to the LLM (0: no limit).
-    llm_requests_per_minute: float = Field(default=60.0, ge=0)
-    # `json_schema` where the server supports structured output; `json_object` for those that only do JSON mode.
-    llm_response_format: Literal["json_schema", "json_object"] = "json_schema"
-    llm_temperature: float = Field(default=0.0, ge=0, le=2)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.flat_names = {}
 
-    # Extraction (conversations and `--mode rules|llm` imports)
-    # Candidates below this confidence are not stored (the messages stay in the log).
-    extraction_min_confidence: float = Field(default=0.6, ge=0, le=1)
-    # A candidate this close to an active memory reinforces it instead of adding a copy: term overlap
-    # (Dice, any language) or cosine (only where the embedding model reads both texts).
-    extraction_reinforce_lexical: float = Field(default=0.7, gt=0, le=1)
-    extraction_reinforce_cosine: float = Field(default=0.92, gt=0, le=1)
-    # Existing memories of the user shown to the LLM, and compared with each candidate.
-    extraction_neighbours: int = Field(default=8, ge=1, le=50)
-    # Conversation mode when a request names none: `llm` if an LLM is configured, else `rules`.
-    conversation_mode: Literal["raw", "rules", "llm"] | None = None
-    # Background extraction: jobs waiting or running before submissions are refused (HTTP 429).
-    conversation_queue_size: int = Field(default=256, ge=1)
-    extraction_concurrency: int = Field(default=1, ge=1, le=64)
-    extraction_worker_cpus: float = Field(default=0.25, ge=0)
-    extraction_job_attempts: int = Field(default=3, ge=1, le=20)
-    extraction_retry_backoff_s: float = Field(default=5.0, ge=0)
-
-    # HTTP API
-    api_keys_file: Path | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-
-    # Serving
-    serve_config: Path | None = None  # a Serve config YAML; default cluster/serve_config.yaml when present
-    embedding_num_gpus: float = Field(default=0.0, ge=0)
-    embedder_timeout_s: float = Field(default=5.0, gt=0)
-    # Where search embeds its queries: in the ingress replica (`local`), through the Embedder
-    # deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.
-    query_embedding: Literal["auto", "local", "embedder"] = "auto"
-    recall_threads: int = Field(default=8, ge=1, le=64)  # concurrent recalls per ingress replica
-    # `int8`: the ingress's query model with int8 MatMul weights (ONNX Runtime on CPU only): the
-    # model's CPU per query about 40% of the exact graph's, vectors at cosine ~0.99 to the exact
-    # model's. What is stored (writes, imports, re-embedding) is always embedded exactly. See
-    # README, "Query precision".
-    query_embedding_precision: Literal["fp32", "int8"] = "fp32"
-    # Threads of each model call of an ingress replica's query model (ONNX Runtime on CPU); unset:
-    # see `query_threads`.
-    query_embedding_threads: int | None = Field(default=None, ge=1, le=64)
-    write_window_ms: float = Field(default=5.0, ge=0)
-    write_max_rows: int = Field(default=512, ge=1)
-    writer_optimize_every: int = Field(default=100, ge=1)  # commits between compactions by the writer
-    # ... and at least this long between them: each rewrites every index, which every replica reloads.
-    writer_optimize_min_seconds: float = Field(default=600.0, ge=0)
-    # seconds between the writer's upkeep of recent fragments (LanceStore.fold_new_rows; 0: never)
-    writer_upkeep_seconds: float = Field(default=2.0, ge=0)
-    writer_fold_commits: int = Field(default=4, ge=1)  # the writer's commits that bring the upkeep forward
-    writer_reindex_rows: int = Field(default=5_000, ge=1)  # uncovered rows that make the upkeep update the indexes
-    max_body_bytes: int = Field(default=2_000_000, ge=1_024)
-    rate_limit_per_minute: int = Field(default=0, ge=0)  # per API key and ingress replica; 0 = off
-
-    # Input limits
-    max_content_chars: int = Field(default=8_000, ge=1)
-    max_batch_memories: int = Field(default=1_000, ge=1)
-    max_metadata_bytes: int = Field(default=16_384, ge=2)
-
-    # Redaction
-    redaction_enabled: bool = True
-
-    # Recall: weights of the fused score (normalised to sum 1 at query time; chosen in docs/recall.md).
-    weight_semantic: float = Field(default=0.50, ge=0)
-    weight_keyword: float = Field(default=0.40, ge=0)
-    weight_recency: float = Field(default=0.08, ge=0)
-    weight_importance: float = Field(default=0.07, ge=0)
-    recency_half_life_days: float = Field(default=180.0, gt=0)
-    # Each signal is scaled to its best match in the pool, but a weak best match stays weak: the
-    # scale is at least this cosine, and at least this share of the query's idf mass (BM25).
-    recall_semantic_scale: float = Field(default=0.5, ge=0, le=1)
-    recall_keyword_scale: float = Field(default=0.75, ge=0, le=5)
-    # The noise floor: hits whose fused score (0..1) is under it are left out unless a search sets
-    # its own `min_score` (0 keeps every hit). Calibrated in docs/recall.md.
-    recall_min_score: float = Field(default=0.1, ge=0, le=1)
-    recall_candidates: int = Field(default=50, ge=1, le=1_000)
-    # The vector retriever's depth for scopes searched through the indexes; a scanned user's pool
-    # keeps the cosine of every memory, so that each keyword hit has its true similarity.
-    recall_dense_depth: int = Field(default=200, ge=1, le=10_000)
-    # A user with at most this many matching memories is scored in process from one scan;
-    # larger scopes use the store's vector and full-text indexes (benchmarks/recall_latency.py).
-    recall_scan_limit: int = Field(default=2_000, ge=0, le=100_000)
-    # Share of [UNK] tokens above which the embedding model is taken not to read a text at all.
-    oov_full_share: float = Field(default=0.5, gt=0, le=1)
-    # Preceding turns folded into a message-derived memory's index_text.
-    context_turns: int = Field(default=2, ge=0, le=10)
-    # Turns with more keyword terms than this (long messages that stand on their own) are indexed
-    # without context.
-    context_max_terms: int = Field(default=200, ge=0)
-    # How many times a memory's own terms count against its context's in the keyword index.
-    content_boost: int = Field(default=2, ge=1, le=5)
-
-    # Deferred access bookkeeping
-    access_flush_seconds: float = Field(default=30.0, gt=0)
-    access_flush_rows: int = Field(default=5_000, ge=1)
-
-    # Consolidation (see agent_memory/consolidation.py and jobs/consolidate.py)
-    # Cosine similarity at or above which two memories the model can read are restatements.
-    consolidation_similarity: float = Field(default=0.85, gt=0, le=1)
-    # One content word swapped for another needs this cosine, and never less than
-    # consolidation_similarity: the model scores a synonym ("named" for "called") about as close
-    # as another thing ("cat" for "dog"); the held-out templates of benchmarks/consolidation.py
-    # have other things one word apart above 0.9 ("never commutes by bike" / "... by motorcycle").
-    consolidation_reworded_similarity: float = Field(default=0.92, gt=0, le=1)
-    # Other wording that shares a content word besides the subject: words added ("writes code
-    # in" for "codes in") or changed on both sides, between memories with the same negation,
-    # people, time, intent and names. Measured on the held-out templates, this keeps precision at
-    # 0.95 or more, where the one-word swap above does not.
-    consolidation_rephrased_similarity: float = Field(default=0.85, gt=0, le=1)
-    # Where the model cannot read a text (its [UNK] share is above `consolidation_oov_guard`), two
-    # memories merge only with the same content words and a lexical similarity (Dice over words,
-    # CJK characters and bigrams, function words aside) of at least this.
-    consolidation_lexical_similarity: float = Field(default=0.8, gt=0, le=1)
-    # With an LLM configured, the near misses the rules refuse (the same stance and names, a shared
-    # content word, and a cosine, or where the model cannot read a text a lexical similarity, at or
-    # above these) are put to it, up to consolidation_judge_max_pairs per user and run.
-    consolidation_llm_judge: bool = True
-    consolidation_judge_similarity: float = Field(default=0.7, gt=0, le=1)
-    consolidation_judge_lexical_similarity: float = Field(default=0.3, gt=0, le=1)
-    consolidation_judge_max_pairs: int = Field(default=100, ge=0, le=500)
-    consolidation_oov_guard: float = Field(default=0.1, ge=0, le=1)
-    # A memory neither recalled nor changed for this long loses importance, once per period.
-    consolidation_decay_after_days: float = Field(default=90.0, gt=0)
-    consolidation_decay_period_days: float = Field(default=30.0, gt=0)
-    consolidation_decay_factor: float = Field(default=0.9, gt=0, lt=1)
-    consolidation_decay_floor: float = Field(default=0.05, ge=0, le=1)
-    # Superseded and expired memories are deleted this long after they left recall.
-    consolidation_retention_days: float = Field(default=30.0, ge=0)
-    # Old table versions kept after compaction (readers of an older snapshot keep working).
-    consolidation_keep_versions_hours: float = Field(default=1.0, ge=0)
-    # The run lease expires this long after its last renewal, so a killed run never blocks the next.
-    consolidation_lease_seconds: float = Field(default=900.0, gt=0)
-    # Users changed between compactions during a run: each merge is a small commit and a small
-    # fragment, and reads slow down as unindexed fragments pile up (0 turns this off).
-    consolidation_compact_every_users: int = Field(default=100, ge=0)
-    consolidation_workers: int = Field(default=2, ge=1, le=256)
-    # CPUs each consolidation actor reserves: a fraction, so a run fits beside the Serve app on 2 CPUs.
-    consolidation_worker_cpus: float = Field(default=0.25, gt=0)
-    # Scheduling inside the Serve app: off with one setting; an interval wins over the daily time.
-    consolidation_schedule_enabled: bool = True
-    consolidation_interval_minutes: float | None = Field(default=None, gt=0)
-    consolidation_daily_at: str = "03:00"
-
-    # Bulk import and re-embedding (Ray Data jobs, see jobs/importer.py)
-    # Local files that `POST /v1/jobs/import` may read live under this directory.
-    import_root: str = "./imports"
-    # Rows committed together: the checkpoint of a resumable import (each chunk is a few commits).
-    import_commit_rows: int = Field(default=5_000, ge=1)
-    # Local files up to this size import in-process: Ray Data's fixed cost is seconds.
-    import_local_max_bytes: int = Field(default=1_000_000, ge=0)
-    # Texts per call of the embedding actors (the model batches inside with import_embed_model_batch).
-    import_embed_batch_rows: int = Field(default=512, ge=1)
-    # Texts per forward pass inside an embedding actor. Unset: 16 for a local model on CPU actors,
-    # which run one thread each and there pad least (measured: 98 texts/s per thread at 16, 83 at
-    # 64); embedding_batch_size on GPU actors and for `openai:` endpoints.
-    import_embed_model_batch: int | None = Field(default=None, ge=1, le=4096)
-    # Embedding actors: CPUs and GPUs each; the pool grows to what the cluster can hold, up to the max.
-    import_embed_num_cpus: float = Field(default=1.0, gt=0)
-    import_embed_num_gpus: float = Field(default=0.0, ge=0)
-    import_embed_max_actors: int = Field(default=8, ge=1)
-
-    @field_validator("storage_uri")
     @classmethod
-    def _storage_uri_not_empty(cls, value: str) -> str:
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.flat_names = {
+            (str(info.validation_alias).removeprefix(PREFIX).lower() if info.validation_alias else name): name
+            for name, info in cls.model_fields.items()
+        }
+
+
+class StorageSettings(Group):
+    """Where the store lives."""
+
+    uri: str = env("storage_uri", "./data/lancedb", description="LanceDB URI: a local directory or `s3://bucket/path`.")
+    options: dict[str, str] = env("storage_options", default_factory=dict,
+                                  description="Object-store options (endpoint, region, keys) as JSON.")
+    ann_min_rows: int = Field(200_000, description="Rows of a scope wider than one user above which an ANN index pays.")
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_not_empty(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("storage_uri must not be empty")
         return value
 
+
+class EmbeddingSettings(Group):
+    """The embedding model, and how the Serve app embeds queries."""
+
+    model: str = env("embedding_model", BUNDLED_MODEL,
+                     description="sentence-transformers name or path, or `openai:<model>` for an OpenAI-compatible endpoint.")
+    device: Literal["auto", "cpu", "cuda"] = env("embedding_device", "auto", description="`auto`: CUDA where there is one.")
+    backend: Literal["auto", "torch", "onnx"] = env(
+        "embedding_backend", "auto",
+        description="Local models on CPU run on ONNX Runtime (`auto`), the same vectors with less overhead a call; "
+                    "`torch` keeps PyTorch; GPUs always use torch.")
+    batch_size: int = env("embedding_batch_size", 64, ge=1, le=4096, description="Texts per model call.")
+    base_url: str | None = env("embedding_base_url", None, description="Endpoint of an `openai:` model (default: the LLM's).")
+    api_key: str | None = env("embedding_api_key", None, description="Key of that endpoint (default: the LLM's).")
+    cache_size: int = env("embedding_cache_size", 1024, ge=0, description="Query vectors cached per process.")
+    num_gpus: float = env("embedding_num_gpus", 0.0, ge=0, description="GPUs of the Serve app's Embedder deployment.")
+    timeout_s: float = env("embedder_timeout_s", 5.0, gt=0, description="How long a request waits for the Embedder.")
+    query_path: Literal["auto", "local", "embedder"] = env(
+        "query_embedding", "auto",
+        description="Where search embeds its queries: in the ingress replica (`local`), through the Embedder "
+                    "deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.")
+    query_precision: Literal["fp32", "int8"] = env(
+        "query_embedding_precision", "fp32",
+        description="`int8`: the ingress's query model with int8 MatMul weights (ONNX Runtime on CPU only), about "
+                    "40% of the exact graph's CPU per query, vectors at cosine ~0.99 to the exact model's. What is "
+                    "stored is always embedded exactly (docs/serving.md).")
+    query_threads: int | None = env(
+        "query_embedding_threads", None, ge=1, le=64,
+        description="Threads of each model call of an ingress replica's query model; unset: 2 for the exact model, "
+                    "1 for int8.")
+
     @model_validator(mode="after")
-    def _int8_needs_onnx(self) -> Settings:
-        if self.query_embedding_precision == "int8" and self.embedding_backend == "torch":
+    def _int8_needs_onnx(self) -> EmbeddingSettings:
+        if self.query_precision == "int8" and self.backend == "torch":
             raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
         return self
 
-    @field_validator("consolidation_daily_at")
+    def query_threads_at(self, precision: str) -> int:
+        """The query model's threads were it run at `precision`. Exact, two threads took a lone query
+        from 4.6 to 3.8 ms and a batch of 8 from 25 to 16 ms, for a tenth more CPU; the int8 model's
+        calls are short enough that a second thread cost more CPU than it saved time."""
+        if self.query_threads is not None:
+            return self.query_threads
+        return 1 if precision == "int8" else 2
+
+    @property
+    def query_model_threads(self) -> int:
+        """The threads of the query model at the configured precision."""
+        return self.query_threads_at(self.query_precision)
+
+
+class LLMSettings(Group):
+    """An OpenAI-compatible LLM, for extraction, consolidation's summaries and its judge."""
+
+    base_url: str | None = env("llm_base_url", None, description="Base URL of the OpenAI-compatible API.")
+    api_key: str | None = env("llm_api_key", None, description="Its API key.")
+    model: str | None = env("llm_model", None, description="The model name; with base_url set, the LLM is configured.")
+    timeout_s: float = env("llm_timeout_s", 30.0, gt=0, description="Timeout of one request.")
+    max_retries: int = env("llm_max_retries", 3, ge=0, le=10,
+                           description="Retries of one request on 429, 5xx, timeouts and dropped connections.")
+    backoff_s: float = env("llm_backoff_s", 1.0, ge=0, description="First backoff between retries (doubling).")
+    backoff_max_s: float = env("llm_backoff_max_s", 30.0, ge=0, description="Longest backoff.")
+    requests_per_minute: float = env("llm_requests_per_minute", 60.0, ge=0,
+                                     description="Requests per minute this process sends (0: no limit).")
+    response_format: Literal["json_schema", "json_object"] = env(
+        "llm_response_format", "json_schema",
+        description="`json_schema` where the server supports structured output; `json_object` for JSON mode only.")
+    temperature: float = env("llm_temperature", 0.0, ge=0, le=2, description="Sampling temperature.")
+
+    @property
+    def configured(self) -> bool:
+        """Whether an LLM is configured (a base URL and a model)."""
+        return bool(self.base_url and self.model)
+
+
+class ExtractionSettings(Group):
+    """Extraction of memories from conversations and `--mode rules|llm` imports."""
+
+    min_confidence: float = env("extraction_min_confidence", 0.6, ge=0, le=1,
+                                description="Candidates below this confidence are not stored (the messages stay in the log).")
+    reinforce_lexical: float = env(
+        "extraction_reinforce_lexical", 0.7, gt=0, le=1,
+        description="Term overlap (Dice) at which a candidate reinforces an active memory instead of adding a copy.")
+    reinforce_cosine: float = env(
+        "extraction_reinforce_cosine", 0.92, gt=0, le=1,
+        description="The same, by cosine (only where the embedding model reads both texts).")
+    neighbours: int = env("extraction_neighbours", 8, ge=1, le=50,
+                          description="Existing memories of the user shown to the LLM and compared with each candidate.")
+    conversation_mode: Literal["raw", "rules", "llm"] | None = Field(
+        None, description="Mode of a conversation that names none: `llm` if an LLM is configured, else `rules`.")
+    queue_size: int = env("conversation_queue_size", 256, ge=1,
+                          description="Background jobs waiting or running before submissions are refused (HTTP 429).")
+    concurrency: int = env("extraction_concurrency", 1, ge=1, le=64, description="Extraction workers.")
+    worker_cpus: float = env("extraction_worker_cpus", 0.25, ge=0, description="CPUs each worker reserves.")
+    job_attempts: int = env("extraction_job_attempts", 3, ge=1, le=20, description="Attempts of a conversation job.")
+    retry_backoff_s: float = env("extraction_retry_backoff_s", 5.0, ge=0, description="Wait before a job's next attempt.")
+
+
+class AuthSettings(Group):
+    """Who may call the API, and what is kept of what they send."""
+
+    api_keys_file: Path | None = Field(None, description="API keys (YAML); unset: no keys, loopback only, org `default`.")
+    rate_limit_per_minute: int = Field(0, ge=0, description="Requests per API key and ingress replica (0: off).")
+    redaction_enabled: bool = Field(True, description="Redact PII (emails, phones, cards, ids, keys) before storing.")
+
+
+class LimitSettings(Group):
+    """Input limits: larger input is refused with a clear error."""
+
+    max_body_bytes: int = Field(2_000_000, ge=1_024, description="Largest HTTP request body.")
+    max_content_chars: int = Field(8_000, ge=1, description="Longest memory or message content.")
+    max_batch_memories: int = Field(1_000, ge=1, description="Memories in one write.")
+    max_metadata_bytes: int = Field(16_384, ge=2, description="Largest metadata (as JSON).")
+
+
+class ServingSettings(Group):
+    """The Serve app: where it listens and how many recalls a replica runs at once."""
+
+    host: str = Field("127.0.0.1", description="Listen address of `agent-memory serve`.")
+    port: int = Field(8000, description="Its port.")
+    config: Path | None = env("serve_config", None,
+                              description="A Serve config YAML; default `cluster/serve_config.yaml` when present.")
+    recall_threads: int = Field(8, ge=1, le=64, description="Concurrent recalls per ingress replica.")
+
+
+class WriterSettings(Group):
+    """The Writer deployment: write batching, and its upkeep of the store."""
+
+    window_ms: float = env("write_window_ms", 5.0, ge=0, description="How long a write waits for others to share its commit.")
+    max_rows: int = env("write_max_rows", 512, ge=1, description="Rows of one commit.")
+    optimize_every: int = env("writer_optimize_every", 100, ge=1, description="Commits between full compactions.")
+    optimize_min_seconds: float = env(
+        "writer_optimize_min_seconds", 600.0, ge=0,
+        description="And at least this long between them: each rewrites every index, which every replica reloads.")
+    upkeep_seconds: float = env("writer_upkeep_seconds", 2.0, ge=0,
+                                description="Seconds between the upkeep of recent fragments (0: never).")
+    fold_commits: int = env("writer_fold_commits", 4, ge=1, description="Commits that bring the upkeep forward.")
+    reindex_rows: int = env("writer_reindex_rows", 5_000, ge=1,
+                            description="Rows outside the indexes that make the upkeep update them.")
+
+
+class RecallSettings(Group):
+    """Recall: what each signal sees and weighs, the noise floor, and the search paths."""
+
+    weight_semantic: float = Field(0.50, ge=0, description="Weight of vector similarity (weights are normalised to sum 1).")
+    weight_keyword: float = Field(0.40, ge=0, description="Weight of BM25.")
+    weight_recency: float = Field(0.08, ge=0, description="Weight of recency.")
+    weight_importance: float = Field(0.07, ge=0, description="Weight of importance.")
+    recency_half_life_days: float = Field(180.0, gt=0, description="Half-life of the recency signal.")
+    semantic_scale: float = env("recall_semantic_scale", 0.5, ge=0, le=1,
+                                description="Cosine is scaled to the pool's best, but to at least this cosine.")
+    keyword_scale: float = env("recall_keyword_scale", 0.75, ge=0, le=5,
+                               description="BM25 is scaled to the pool's best, but to at least this share of the query's idf mass.")
+    min_score: float = env("recall_min_score", 0.1, ge=0, le=1,
+                           description="The noise floor: hits whose fused score is under it are left out unless a search "
+                                       "sets its own `min_score` (0 keeps every hit). Calibrated in docs/recall.md.")
+    candidates: int = env("recall_candidates", 50, ge=1, le=1_000, description="Candidates each retriever returns.")
+    dense_depth: int = env("recall_dense_depth", 200, ge=1, le=10_000,
+                           description="The vector retriever's depth for scopes searched through the indexes.")
+    scan_limit: int = env("recall_scan_limit", 2_000, ge=0, le=100_000,
+                          description="A user with at most this many matching memories is scored in process from one scan.")
+    oov_full_share: float = Field(0.5, gt=0, le=1,
+                                  description="Share of [UNK] tokens above which the model is taken not to read a text.")
+    context_turns: int = Field(2, ge=0, le=10, description="Preceding turns in a raw memory's keywords.")
+    context_max_terms: int = Field(200, ge=0, description="Turns with more terms than this are indexed without context.")
+    content_boost: int = Field(2, ge=1, le=5, description="How many times a memory's own terms count against its context's.")
+    access_flush_seconds: float = Field(30.0, gt=0, description="Seconds between flushes of recall hits to the access log.")
+    access_flush_rows: int = Field(5_000, ge=1, description="Pending hits that bring a flush forward.")
+
+
+class ConsolidationSettings(Group):
+    """Consolidation: merging restatements, expiry, decay and purge; its schedule and its workers."""
+
+    similarity: float = env("consolidation_similarity", 0.85, gt=0, le=1,
+                            description="Cosine at or above which two memories the model can read are restatements.")
+    reworded_similarity: float = env(
+        "consolidation_reworded_similarity", 0.92, gt=0, le=1,
+        description="One content word swapped for another needs this cosine (a synonym scores about as close as "
+                    "another thing).")
+    rephrased_similarity: float = env(
+        "consolidation_rephrased_similarity", 0.85, gt=0, le=1,
+        description="Other wording that shares a content word besides the subject, with the same negation, people, "
+                    "time, intent and names.")
+    lexical_similarity: float = env(
+        "consolidation_lexical_similarity", 0.8, gt=0, le=1,
+        description="Where the model cannot read a text: the same content words and at least this Dice similarity.")
+    llm_judge: bool = env("consolidation_llm_judge", True, description="Put the near misses the rules refuse to the LLM.")
+    judge_similarity: float = env("consolidation_judge_similarity", 0.7, gt=0, le=1,
+                                  description="Cosine from which a near miss goes to the judge.")
+    judge_lexical_similarity: float = env("consolidation_judge_lexical_similarity", 0.3, gt=0, le=1,
+                                          description="Lexical similarity from which one does, where the model cannot read.")
+    judge_max_pairs: int = env("consolidation_judge_max_pairs", 100, ge=0, le=500, description="Pairs judged per user and run.")
+    oov_guard: float = env("consolidation_oov_guard", 0.1, ge=0, le=1,
+                           description="[UNK] share above which a text is compared lexically, not by cosine.")
+    decay_after_days: float = env("consolidation_decay_after_days", 90.0, gt=0,
+                                  description="A memory neither recalled nor changed this long loses importance.")
+    decay_period_days: float = env("consolidation_decay_period_days", 30.0, gt=0, description="Once per this period.")
+    decay_factor: float = env("consolidation_decay_factor", 0.9, gt=0, lt=1, description="By this factor.")
+    decay_floor: float = env("consolidation_decay_floor", 0.05, ge=0, le=1, description="Down to this importance.")
+    retention_days: float = env("consolidation_retention_days", 30.0, ge=0,
+                                description="Superseded and expired memories are deleted this long after they left recall.")
+    keep_versions_hours: float = env("consolidation_keep_versions_hours", 1.0, ge=0,
+                                     description="Old table versions kept after compaction.")
+    lease_seconds: float = env("consolidation_lease_seconds", 900.0, gt=0,
+                               description="The run lease expires this long after its last renewal.")
+    compact_every_users: int = env("consolidation_compact_every_users", 100, ge=0,
+                                   description="Users changed between compactions during a run (0: off).")
+    workers: int = env("consolidation_workers", 2, ge=1, le=256, description="Ray Data actors of a run.")
+    worker_cpus: float = env("consolidation_worker_cpus", 0.25, gt=0, description="CPUs each actor reserves.")
+    schedule_enabled: bool = env("consolidation_schedule_enabled", True, description="Scheduled runs inside the Serve app.")
+    interval_minutes: float | None = env("consolidation_interval_minutes", None, gt=0,
+                                         description="Minutes between runs; wins over the daily time.")
+    daily_at: str = env("consolidation_daily_at", "03:00", description="UTC time HH:MM of the daily run.")
+
+    @field_validator("daily_at")
     @classmethod
     def _daily_time(cls, value: str) -> str:
         hour, _, minute = value.partition(":")
@@ -227,29 +283,102 @@ class Settings(BaseSettings):
             raise ValueError("consolidation_daily_at must be a UTC time HH:MM, e.g. 03:00")
         return f"{int(hour):02d}:{int(minute):02d}"
 
-    @property
-    def query_threads(self) -> int:
-        """QUERY_EMBEDDING_THREADS, else 2 for the exact query model and 1 for int8. Exact, two
-        threads took a lone query from 4.6 to 3.8 ms and a batch of 8 from 25 to 16 ms, for a tenth
-        more CPU (Ray gives a fractional-CPU replica one thread otherwise); the int8 model's calls
-        are short enough that the second thread cost more CPU than it saved time (8 clients at 200k:
-        89 searches/s with two, 98 with one)."""
-        return self.query_threads_at(self.query_embedding_precision)
 
-    def query_threads_at(self, precision: str) -> int:
-        """The query model's threads were it run at `precision` (see `query_threads`)."""
-        if self.query_embedding_threads is not None:
-            return self.query_embedding_threads
-        return 1 if precision == "int8" else 2
+class ImportSettings(Group):
+    """Bulk import and re-embedding (Ray Data jobs)."""
 
-    @property
-    def llm_configured(self) -> bool:
-        """Whether an OpenAI-compatible LLM is configured for extraction."""
-        return bool(self.llm_base_url and self.llm_model)
+    root: str = env("import_root", "./imports", description="Local files that `POST /v1/jobs/import` may read live here.")
+    commit_rows: int = env("import_commit_rows", 5_000, ge=1, description="Rows committed together: a resumable checkpoint.")
+    local_max_bytes: int = env("import_local_max_bytes", 1_000_000, ge=0,
+                               description="Local files up to this size import in-process (Ray Data's fixed cost is seconds).")
+    embed_batch_rows: int = env("import_embed_batch_rows", 512, ge=1, description="Texts per call of an embedding actor.")
+    embed_model_batch: int | None = env(
+        "import_embed_model_batch", None, ge=1, le=4096,
+        description="Texts per forward pass inside an actor; unset: 16 on CPU actors, the embedding batch size on "
+                    "GPUs and for `openai:` endpoints.")
+    embed_num_cpus: float = env("import_embed_num_cpus", 1.0, gt=0, description="CPUs of each embedding actor.")
+    embed_num_gpus: float = env("import_embed_num_gpus", 0.0, ge=0, description="GPUs of each embedding actor.")
+    embed_max_actors: int = env("import_embed_max_actors", 8, ge=1, description="Most embedding actors.")
+
+
+GROUPS: dict[str, type[Group]] = {
+    "storage": StorageSettings, "embedding": EmbeddingSettings, "llm": LLMSettings,
+    "extraction": ExtractionSettings, "auth": AuthSettings, "limits": LimitSettings, "serving": ServingSettings,
+    "writer": WriterSettings, "recall": RecallSettings, "consolidation": ConsolidationSettings,
+    "imports": ImportSettings,
+}
+# flat name -> (group, field)
+FLAT: dict[str, tuple[str, str]] = {flat: (group, field) for group, cls in GROUPS.items()
+                                    for flat, field in cls.flat_names.items()}
+
+
+class Settings(BaseModel):
+    """Everything configurable about agent-memory, by concern; build it once at the edge and hand it down."""
+
+    model_config = ConfigDict(frozen=True)
+
+    storage: StorageSettings
+    embedding: EmbeddingSettings
+    llm: LLMSettings
+    extraction: ExtractionSettings
+    auth: AuthSettings
+    limits: LimitSettings
+    serving: ServingSettings
+    writer: WriterSettings
+    recall: RecallSettings
+    consolidation: ConsolidationSettings
+    imports: ImportSettings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        """Flat names (and `_env_file`) to groups; every group reads the environment for the rest."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        env_file = data.pop("_env_file", ".env")
+        given: dict[str, dict[str, Any]] = {name: {} for name in GROUPS}
+        unknown = []
+        for key, value in data.items():
+            if key in GROUPS:
+                if isinstance(value, Group):
+                    given[key] = value.model_dump()
+                else:
+                    given[key].update(value)
+            elif key in FLAT:
+                group, field = FLAT[key]
+                given[group][field] = value
+            else:
+                unknown.append(key)
+        if unknown:
+            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))} (see docs/settings.md for the names)")
+        return {name: GROUPS[name](**values, _env_file=env_file) for name, values in given.items()}
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some settings changed, by flat name (`storage_uri=...`); validated as at the edge."""
+        groups: dict[str, dict[str, Any]] = {name: getattr(self, name).model_dump() for name in GROUPS}
+        for key, value in changes.items():
+            if key not in FLAT:
+                raise ValueError(f"unknown setting: {key}")
+            group, field = FLAT[key]
+            groups[group][field] = value
+        return Settings(**groups, _env_file=None)
+
+    def value(self, name: str) -> Any:
+        """One setting's value by its flat name (`recall_min_score`)."""
+        if name not in FLAT:
+            raise ValueError(f"unknown setting: {name}")
+        group, field = FLAT[name]
+        return getattr(getattr(self, group), field)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """Every setting's flat name (`AGENT_MEMORY_<NAME>`, and the key of a Serve config's args)."""
+        return sorted(FLAT)
 
     @property
     def default_conversation_mode(self) -> Literal["raw", "rules", "llm"]:
         """The extraction mode of a conversation that names none."""
-        if self.conversation_mode is not None:
-            return self.conversation_mode
-        return "llm" if self.llm_configured else "rules"
+        if self.extraction.conversation_mode is not None:
+            return self.extraction.conversation_mode
+        return "llm" if self.llm.configured else "rules"

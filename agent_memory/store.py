@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, Scope
+from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, OrgScope, Scope, WriteScope
 
 
 @dataclass(frozen=True)
@@ -125,17 +125,23 @@ class Page:
 
 
 class MemoryStore(Protocol):
-    """Durable storage of memories, the message log, audit events and jobs."""
+    """Durable storage of memories, the message log, audit events and jobs: the tenant store.
+
+    Every method names the scope it reads or writes: one user or team (`Scope`), or, for batches
+    that span the users of one org (an import chunk, a flush of recall hits, job rows), the org
+    (`OrgScope`). A row outside the scope a write names is refused. No method crosses tenants or
+    hands out a table: that is `StoreMaintenance`, which only jobs and the Writer receive.
+    """
 
     embedding_model: str
     embedding_dim: int
 
-    def insert_memories(self, org_id: str, records: Sequence[MemoryRecord], *, known_absent: bool = False) -> set[str]:
+    def insert_memories(self, scope: WriteScope, records: Sequence[MemoryRecord], *, known_absent: bool = False) -> set[str]:
         """Insert the records whose id is absent; return the ids actually inserted (one commit)."""
         ...
 
-    def origin_hashes(self, org_id: str, ids: Sequence[str]) -> dict[str, str]:
-        """For ids that exist in the org, the hash of the write that created each (idempotency checks)."""
+    def origin_hashes(self, scope: WriteScope, ids: Sequence[str]) -> dict[str, str]:
+        """For ids that exist in the scope, the hash of the write that created each (idempotency checks)."""
         ...
 
     def get_memories(self, scope: Scope, ids: Sequence[str], *, with_vectors: bool = False) -> list[MemoryRecord]:
@@ -152,6 +158,10 @@ class MemoryStore(Protocol):
 
     def replace_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
         """Overwrite existing rows of the scope in place (never inserts); return how many matched."""
+        ...
+
+    def reindex_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
+        """Write records' index text, keywords and vectors where nothing changed them meanwhile."""
         ...
 
     def delete_memories(self, scope: Scope, ids: Sequence[str]) -> int:
@@ -183,7 +193,7 @@ class MemoryStore(Protocol):
         """BM25 over the keyword terms inside the prefiltered scope; score is BM25."""
         ...
 
-    def record_access(self, org_id: str, counts: Mapping[str, Mapping[str, int]], at: datetime) -> int:
+    def record_access(self, scope: OrgScope, counts: Mapping[str, Mapping[str, int]], at: datetime) -> int:
         """Log one flush of recall hits ({user: {memory id: hits}}); memory rows are not touched."""
         ...
 
@@ -191,11 +201,7 @@ class MemoryStore(Protocol):
         """Hits logged since the last fold, per memory of the scope: (count, last hit)."""
         ...
 
-    def fold_access(self, org_id: str | None = None, user_id: str | None = None) -> int:
-        """Add logged hits to active memory rows and drop them from the log; return the rows updated."""
-        ...
-
-    def append_events(self, org_id: str, events: Sequence[MemoryEvent]) -> None:
+    def append_events(self, scope: WriteScope, events: Sequence[MemoryEvent]) -> None:
         """Append audit events (insert-if-absent on event id, so retries add nothing)."""
         ...
 
@@ -203,7 +209,7 @@ class MemoryStore(Protocol):
         """The audit events of one memory inside the scope, oldest first."""
         ...
 
-    def append_messages(self, org_id: str, messages: Sequence[MessageRecord]) -> set[str]:
+    def append_messages(self, scope: WriteScope, messages: Sequence[MessageRecord]) -> set[str]:
         """Log messages (insert-if-absent on row id); return the ids inserted."""
         ...
 
@@ -211,32 +217,24 @@ class MemoryStore(Protocol):
         """The last `last` messages of a session, oldest first."""
         ...
 
-    def put_job(self, org_id: str, job: dict[str, Any]) -> None:
-        """Create or overwrite a job row."""
+    def put_job(self, scope: OrgScope, job: dict[str, Any]) -> None:
+        """Create or overwrite a job row of the org."""
         ...
 
-    def get_job(self, org_id: str, job_id: str) -> dict[str, Any] | None:
+    def get_job(self, scope: OrgScope, job_id: str) -> dict[str, Any] | None:
         """One job of the org, or None."""
         ...
 
-    def erase_user(self, org_id: str, user_id: str) -> dict[str, int]:
-        """Delete every row of the user in every table, then purge old versions; return counts per table."""
+    def erase_user(self, scope: Scope) -> dict[str, int]:
+        """Delete every row of the scope's user in every table; return counts per table.
+
+        Older versions keep the rows until `StoreMaintenance.purge_versions`, which the service's
+        erasure runs next.
+        """
         ...
 
-    def stats(self, org_id: str | None) -> dict[str, Any]:
-        """Row counts, per-type and per-status counts, fragments and versions."""
-        ...
-
-    def optimize(self) -> dict[str, Any]:
-        """Compact fragments, refresh indexes, and clean versions older than the retention window."""
-        ...
-
-    def fold_new_rows(self, *, reindex_rows: int, tables: Sequence[str] = ("memories",)) -> dict[str, int]:
-        """Compact the small fragments recent commits left, and index them once `reindex_rows` pile up."""
-        ...
-
-    def memory_owners(self, org_id: str | None = None) -> list[tuple[str, str]]:
-        """Every (org, user) holding memories, within one org or across all (maintenance jobs only)."""
+    def stats(self, scope: OrgScope) -> dict[str, Any]:
+        """Row counts, per-type and per-status counts of the org's memories, fragments and versions."""
         ...
 
     def user_memories(self, scope: Scope) -> tuple[list[MemoryRecord], np.ndarray]:
@@ -255,18 +253,60 @@ class MemoryStore(Protocol):
         """Remember judge verdicts of one user's pairs (insert-if-absent)."""
         ...
 
-    def acquire_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
+
+class Leases(Protocol):
+    """Named leases: one holder at a time across processes, with an expiry."""
+
+    def acquire(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
         """Take the named lease if free, expired or ours (a conditional write); True if held now."""
         ...
 
-    def renew_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
+    def renew(self, name: str, owner: str, ttl: timedelta, now: datetime) -> bool:
         """Extend our lease; False if it was lost (expired and taken)."""
         ...
 
-    def release_lease(self, name: str, owner: str, ttl: timedelta, now: datetime) -> None:
+    def release(self, name: str, owner: str, ttl: timedelta, now: datetime) -> None:
         """Give our lease back."""
         ...
 
-    def lease_holder(self, name: str, now: datetime) -> dict[str, Any] | None:
+    def holder(self, name: str, now: datetime) -> dict[str, Any] | None:
         """The owner and expiry of the named lease, or None when free."""
+        ...
+
+
+class StoreMaintenance(Protocol):
+    """What only jobs and the Writer receive: upkeep, leases, and the reads that cross tenants."""
+
+    leases: Leases
+
+    def optimize(self) -> dict[str, Any]:
+        """Compact fragments, refresh indexes, and clean versions older than the retention window."""
+        ...
+
+    def fold_new_rows(self, *, reindex_rows: int, tables: Sequence[str] = ("memories",)) -> dict[str, int]:
+        """Compact the small fragments recent commits left, and index them once `reindex_rows` pile up."""
+        ...
+
+    def fold_access(self, scope: Scope | OrgScope | None = None) -> int:
+        """Add logged hits to active memory rows (one user, one org, or all) and drop them from the log."""
+        ...
+
+    def memory_owners(self, scope: OrgScope | None = None) -> list[tuple[str, str]]:
+        """Every (org, user) holding memories, within one org or across all."""
+        ...
+
+    def purge_versions(self) -> None:
+        """Delete every older version of every table (erasure's last step)."""
+        ...
+
+    def stats(self, scope: OrgScope | None = None) -> dict[str, Any]:
+        """Counts of one org, or of the whole store (None)."""
+        ...
+
+    def index_format(self) -> int:
+        """The layout of what search reads (see storage.schema.INDEX_FORMAT)."""
+        ...
+
+    def set_index_format(self, value: int) -> None:
+        """Record the layout every row now has."""
         ...

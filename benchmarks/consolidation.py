@@ -40,12 +40,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
-from agent_memory.models import NewMemory, Scope  # noqa: E402
+from agent_memory.judges import JUDGE_PROMPT  # noqa: E402
+from agent_memory.models import (  # noqa: E402
+    NewMemory,
+    OrgScope,  # noqa: E402
+    Scope,
+)
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import summarize, write_result  # noqa: E402
 from jobs.consolidate import run_consolidation  # noqa: E402
 from storage import LanceStore  # noqa: E402
+from storage.connect import maintenance_of  # noqa: E402
 from tests.llm_server import scripted_llm  # noqa: E402
 
 # template key -> (restatements of one fact, look-alikes that must stay apart, entities)
@@ -172,7 +178,7 @@ def build(service: MemoryService, args: argparse.Namespace, now: datetime) -> tu
             pending.append(record)
         if len(pending) >= args.batch or u == args.users - 1:
             service.embed_records(pending)
-            service.store.insert_memories("bench", pending)
+            service.store.insert_memories(OrgScope("bench"), pending)
             pending = []
             print(f"  built {len(labels):,} memories ({time.perf_counter() - started:.0f} s)", flush=True)
     # No compaction here: consolidation finds the store as months of small writes leave it.
@@ -225,8 +231,6 @@ def recall_latency(service: MemoryService, labels: dict[str, dict], queries: int
 def oracle(templates: Templates) -> Any:
     """The answers of a judge that knows the plan: two texts are the same fact when both are
     restatements (template variants) of one template and entity. Summaries keep the first note."""
-    from agent_memory.consolidation import JUDGE_PROMPT
-
     fact = {v.format(x=e): (lang, key, e) for lang, table in templates.items()
             for key, (variants, _, entities) in table.items() for v in variants for e in entities}
 
@@ -276,7 +280,7 @@ def run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
     service = MemoryService(store, embedder, settings, clock=lambda: now, defer_access=False)
     print(f"building {args.memories:,} memories over {args.users:,} users ...", flush=True)
     labels, build_s = build(service, args, now)
-    table_before = store.stats(None)["tables"]["memories"]
+    table_before = maintenance_of(store).stats()["tables"]["memories"]
     latency_before = recall_latency(service, labels, args.queries, args.seed)
     print("consolidating ...", flush=True)
     started = time.perf_counter()
@@ -293,7 +297,7 @@ def run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
         "quality": quality,
         "report": {k: report[k] for k in ("clusters", "memories_merged", "expired", "decayed", "purged",
                                          "fragments", "versions", "errors")},
-        "memories_table_before": table_before, "memories_table_after": store.stats(None)["tables"]["memories"],
+        "memories_table_before": table_before, "memories_table_after": maintenance_of(store).stats()["tables"]["memories"],
         "recall_latency_before": latency_before, "recall_latency_after": latency_after,
         "second_run_changes": {k: second[k] for k in ("clusters", "memories_merged", "expired", "decayed", "purged")},
     }

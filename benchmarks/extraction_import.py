@@ -11,10 +11,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from agent_memory.history import import_history
 from agent_memory.models import Scope
 from agent_memory.settings import Settings
 from benchmarks.common import timed, write_result
+from jobs.importer import import_into
 from storage.connect import open_service
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -39,7 +39,7 @@ def main() -> None:
                            encoding="utf-8")
         settings = Settings(storage_uri=str(Path(tmp) / "lancedb"))
         with open_service(settings) as service:
-            report, seconds = timed(import_history, service, history, mode=args.mode)
+            report, seconds = timed(import_into, service, history, mode=args.mode)
             stats = service.stats()["memories"]
             hit = 0
             for q in flips:

@@ -34,7 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_memory.embedding import bundled_model_path  # noqa: E402
+from agent_memory.service import MemoryService  # noqa: E402
+from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
+from jobs.import_rows import numbered_rows, raw_memory_rows, split_validated, validate_rows  # noqa: E402
+from jobs.importer import ImportResult  # noqa: E402
+from storage.connect import open_service  # noqa: E402
 
 TOPICS = ["Python", "Rust", "the billing service", "Kubernetes", "green tea", "a trip to Kyoto", "the login outage",
           "dark mode", "PostgreSQL", "the Q3 roadmap", "hiking", "a golden retriever", "Friday deploys", "jazz"]
@@ -121,13 +127,10 @@ def run_import(path: Path, workdir: Path, engine: str) -> dict[str, float]:
 
 def index_texts(path: Path) -> list[str]:
     """What the import embeds: each turn with its speaker (`MemoryRecord.vector_text`)."""
-    from agent_memory.service import MemoryService
-    from agent_memory.settings import Settings
-    from jobs.importer import ImportResult, _split, numbered_rows, raw_memory_rows, validate_rows
 
     builder = MemoryService.row_builder(Settings(_env_file=None))  # type: ignore[call-arg]
     validated = validate_rows(numbered_rows(path.read_bytes(), "jsonl"), builder, "default")
-    messages, _ = _split(validated, ImportResult(path=str(path), mode="raw"))
+    messages, _ = split_validated(validated, ImportResult(path=str(path), mode="raw"))
     return [row["vector_text"] for row in raw_memory_rows(messages, builder)]
 
 
@@ -150,8 +153,6 @@ def bare_encode(model: object, texts: list[str], batch_sizes: list[int], sample:
 
 def row_by_row(path: Path, workdir: Path, sample: int) -> dict[str, float]:
     """Embed-then-add, one message per call, through the Python API."""
-    from agent_memory.settings import Settings
-    from storage.connect import open_service
 
     rows = [json.loads(line) for line in path.read_text().splitlines()[:sample]]
     settings = Settings(storage_uri=str(workdir / "loop-lancedb"), _env_file=None)  # type: ignore[call-arg]
@@ -184,8 +185,6 @@ def main() -> None:
         report = imported["report"]
         assert report["memories_written"] == args.messages, report
         from sentence_transformers import SentenceTransformer
-
-        from agent_memory.embedding import bundled_model_path
 
         model = SentenceTransformer(bundled_model_path(), device="cpu")
         sizes = [int(s) for s in args.batch_sizes.split(",")]

@@ -29,13 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
 from agent_memory.ids import stable_id  # noqa: E402
-from agent_memory.models import MemoryRecord, Scope  # noqa: E402
+from agent_memory.models import (  # noqa: E402
+    MemoryRecord,
+    OrgScope,  # noqa: E402
+    Scope,
+)
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.store import RecallFilter  # noqa: E402
 from agent_memory.text import keyword_text  # noqa: E402
 from benchmarks.common import summarize, write_result  # noqa: E402
 from storage import LanceStore  # noqa: E402
+from storage.connect import maintenance_of  # noqa: E402
 
 SUBJECTS = ["Python", "Rust", "Go", "TypeScript", "Neovim", "VS Code", "green tea", "espresso", "sushi", "hiking",
             "the Berlin office", "Kubernetes", "PostgreSQL", "a golden retriever", "jazz", "chess", "cycling",
@@ -76,11 +81,11 @@ def build(store: LanceStore, embedder: SentenceTransformerEmbedder, memories: in
             created_at=created, updated_at=created, last_accessed_at=None, access_count=0, expires_at=None,
             source_ids=[], metadata={}, oov=oov[j], origin_hash="", vector=vectors[j].tolist()))
         if len(batch) == 20_000:
-            store.insert_memories("bench", batch)
+            store.insert_memories(OrgScope("bench"), batch)
             batch = []
     if batch:
-        store.insert_memories("bench", batch)
-    store.optimize(retain=timedelta(0))
+        store.insert_memories(OrgScope("bench"), batch)
+    maintenance_of(store).optimize(retain=timedelta(0))
     return time.perf_counter() - started
 
 
@@ -101,8 +106,8 @@ def measure(
         t0 = time.perf_counter()
         vector = embedder.embed_batch([query])[0]
         t1 = time.perf_counter()
-        store.search(scope, vector, keyword_text(query), flt, dense_limit=settings.recall_dense_depth,
-                     keyword_limit=settings.recall_candidates)
+        store.search(scope, vector, keyword_text(query), flt, dense_limit=settings.recall.dense_depth,
+                     keyword_limit=settings.recall.candidates)
         t2 = time.perf_counter()
         service.recall("bench", {"user_id": user, "query": query + " ?"})
         t3 = time.perf_counter()
@@ -125,14 +130,14 @@ def main() -> int:
     layouts: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
         settings = Settings(storage_uri=f"{tmp}/lancedb", _env_file=None)  # type: ignore[call-arg]
-        store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+        store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
         setup_s = build(store, embedder, args.memories, args.users, args.seed)
         service = MemoryService(store, embedder, settings, defer_access=True)
         # As written: every commit interleaves users, so one user's rows lie one per page.
         layouts["as_written"] = measure(service, store, embedder, settings, args, salt="w")
         # After the maintenance consolidation runs (compaction with rows put in user order).
         started = time.perf_counter()
-        clustered = store.optimize(retain=timedelta(0), cluster=True)["memories"]["clustered"]
+        clustered = maintenance_of(store).optimize(retain=timedelta(0), cluster=True)["memories"]["clustered"]
         cluster_s = time.perf_counter() - started
         layouts["after_maintenance"] = measure(service, store, embedder, settings, args, salt="m")
         service.close()

@@ -41,10 +41,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from agent_memory import scoring  # noqa: E402
 from agent_memory.evaluation import MODES, evaluate_recall, load_questions  # noqa: E402
-from agent_memory.history import import_history, parse_file  # noqa: E402
+from agent_memory.history import parse_file  # noqa: E402
+from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
+from jobs.importer import import_into  # noqa: E402
+from storage.connect import maintenance_of, open_service  # noqa: E402  (the wiring `agent-memory eval` uses)
 
 FLOORS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 GRID = {
@@ -141,14 +144,12 @@ def _hybrid_by_user(service: Any, questions: list[dict[str, Any]]) -> dict[str, 
 def grid(stored: list[tuple[str, Any, list[dict[str, Any]]]], base: Settings,
          spec: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """Hybrid recall of every grid point on every set; leave-one-conversation-out choices."""
-    from agent_memory.service import MemoryService
-
     points = _grid_points(spec)
     results: list[dict[str, Any]] = []
     for point in points:
         row: dict[str, Any] = {"settings": point, "sets": {}}
         for name, service, questions in stored:
-            with MemoryService(service.store, service.embedder, base.model_copy(update=point), defer_access=False) as s:
+            with MemoryService(service.store, service.embedder, base.replace(**point), defer_access=False) as s:
                 by_user = _hybrid_by_user(s, questions)
             row["sets"][name] = {"all": _mean([m for ms in by_user.values() for m in ms]),
                                  "by_user": {u: _mean(ms) for u, ms in by_user.items()},
@@ -189,10 +190,8 @@ def main() -> int:
                         help="keep the imported stores here and reuse them (only while the index settings stay)")
     args = parser.parse_args()
 
-    from storage.connect import open_service  # the same wiring `agent-memory eval` uses
-
     base = Settings(_env_file=None, embedding_cache_size=4096)  # type: ignore[call-arg]
-    payload: dict[str, Any] = {"settings": {k: getattr(base, k) for k in (
+    payload: dict[str, Any] = {"settings": {k: base.value(k) for k in (
         "weight_semantic", "weight_keyword", "weight_recency", "weight_importance", "recall_semantic_scale",
         "recall_keyword_scale", "recall_min_score", "context_turns", "context_max_terms", "content_boost")},
         "mode": args.mode, "sets": {}}
@@ -203,13 +202,13 @@ def main() -> int:
         for spec in args.set:
             name, history, questions_path = _set_paths(spec)
             questions = load_questions(questions_path)
-            settings = base.model_copy(update={"storage_uri": os.path.join(tmp, name)})
-            reuse = Path(settings.storage_uri).exists()
+            settings = base.replace(storage_uri=os.path.join(tmp, name))
+            reuse = Path(settings.storage.uri).exists()
             service = open_service(settings)
             services.append(service)
             if not reuse:
-                import_history(service, history, mode=args.mode)
-                service.store.optimize()
+                import_into(service, history, mode=args.mode)
+                maintenance_of(service.store).optimize()
             report = evaluate_recall(service, questions, floors=FLOORS)
             entry: dict[str, Any] = {"questions": len(questions), **{m: report[m] for m in MODES},
                                      "by_category": report["by_category"], "floor": report["floor"]}

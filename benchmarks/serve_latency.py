@@ -39,6 +39,7 @@ from agent_memory.text import keyword_text  # noqa: E402
 from benchmarks.common import cpu_by_process, cpu_per_request, summarize, write_result  # noqa: E402
 from benchmarks.recall_latency import QUERIES, SUBJECTS, TEMPLATES, query_batches  # noqa: E402
 from storage import LanceStore  # noqa: E402
+from storage.connect import maintenance_of  # noqa: E402
 from storage.schema import memory_row  # noqa: E402
 
 WARM_UP = 50  # searches per client (4 clients) before each app is measured
@@ -70,11 +71,11 @@ def populate(store: LanceStore, memories: int, users: int, dim: int, seed: int) 
                 access_count=0, expires_at=None, source_ids=[], metadata={}, oov=0.0, origin_hash="",
                 vector=vectors[j].tolist()))
         # Fresh synthetic rows: a plain append (the service's insert-if-absent is not under test here).
-        table = store.table("memories")
+        table = maintenance_of(store).table("memories")
         table.add(pa.Table.from_pylist([memory_row(r) for r in batch], schema=table.schema))
         print(f"  inserted {start + n:,} rows", flush=True)
     # The maintained layout: compaction with rows in user order, as scheduled consolidation leaves it.
-    store.optimize(retain=timedelta(0), cluster=True)
+    maintenance_of(store).optimize(retain=timedelta(0), cluster=True)
     return time.perf_counter() - started
 
 
@@ -192,12 +193,12 @@ def main() -> int:
     from serve_app.app import build
     from serve_app.config import serve_env
 
-    # The query model as the ingress runs it (its threads: Settings.query_threads).
-    embedder = SentenceTransformerEmbedder(cache_size=0, threads=Settings(_env_file=None).query_threads)  # type: ignore[call-arg]
+    # The query model as the ingress runs it (its threads: Settings.embedding.query_model_threads).
+    embedder = SentenceTransformerEmbedder(cache_size=0, threads=Settings(_env_file=None).embedding.query_model_threads)  # type: ignore[call-arg]
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         settings = Settings(storage_uri=f"{tmp}/lancedb", _env_file=None)  # type: ignore[call-arg]
-        store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+        store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
         print(f"populating {args.memories:,} memories over {args.users:,} users ...", flush=True)
         results["setup_s"] = round(populate(store, args.memories, args.users, embedder.dim, args.seed), 1)
 
@@ -209,8 +210,8 @@ def main() -> int:
         # Reference 2: in-process recall, one client.
         results["in_process_recall"] = in_process(store, embedder, settings, args)
         if not args.skip_int8:
-            # As the ingress runs it: int8, and its threads (Settings.query_threads).
-            quick = SentenceTransformerEmbedder(cache_size=0, precision="int8", threads=settings.query_threads_at("int8"))
+            # As the ingress runs it: int8, and its threads (Settings.embedding.query_model_threads).
+            quick = SentenceTransformerEmbedder(cache_size=0, precision="int8", threads=settings.embedding.query_threads_at("int8"))
             results["int8"] = {"embedding_ceiling_qps": ceiling(quick),
                                "in_process_recall": in_process(store, quick, settings, args)}
             del quick
@@ -240,7 +241,7 @@ def main() -> int:
         if not args.skip_int8:
             # The same app with the ingress's query model in int8, on the same store before any
             # write (writes leave fragments and start compactions), then the default app again.
-            serve.run(build(settings.model_copy(update={"query_embedding_precision": "int8"})),
+            serve.run(build(settings.replace(query_embedding_precision="int8")),
                       name="agent-memory", route_prefix="/")
             searches(results["int8"], "int8 ")
             serve.run(build(settings), name="agent-memory", route_prefix="/")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from agent_memory.history import import_history
 from agent_memory.settings import Settings
+from jobs.importer import import_into
 from storage.connect import open_service
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -27,14 +27,14 @@ DEMO_QUESTIONS = (
 
 def load_sample(settings: Settings) -> None:
     """Import the sample history into the configured store unless it holds memories already."""
-    with open_service(settings) as service:
+    with open_service(settings, with_maintenance=True) as service:
         if service.stats()["memories"]["total"]:
-            print(f"{settings.storage_uri} already holds memories; not loading the sample again")
+            print(f"{settings.storage.uri} already holds memories; not loading the sample again")
             return
-        print(f"loading {SAMPLE.name} into {settings.storage_uri} ...", flush=True)
+        print(f"loading {SAMPLE.name} into {settings.storage.uri} ...", flush=True)
         # Into org `default`: without API keys, that is the org every HTTP request belongs to.
-        report = import_history(service, SAMPLE, org_id="default", force_org=True)
-        service.store.optimize()
+        report = import_into(service, SAMPLE, org_id="default", force_org=True)
+        service.maintenance.optimize()
         print(f"  {report.messages_logged} messages, {report.memories_written} memories in {report.duration_s:.1f} s")
 
 

@@ -23,13 +23,12 @@ from agent_memory.evaluation import (
     load_extraction_cases,
     load_questions,
 )
-from agent_memory.history import import_history
-from agent_memory.models import Scope
+from agent_memory.models import OrgScope, Scope
 from agent_memory.settings import Settings
 from cli.demo import load_sample, show_recall
 from jobs.consolidate import run_consolidation
 from jobs.conversations import run_conversation_job
-from jobs.importer import ImportOptions, dry_run, run_import
+from jobs.importer import ImportOptions, dry_run, import_into, run_import
 from jobs.reembed import reembed
 from jobs.reindex import reindex
 from jobs.runtime import ensure_ray
@@ -76,7 +75,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
-    with open_service(settings, with_embedder=False) as service:
+    with open_service(settings, with_embedder=False, with_maintenance=True) as service:
         if args.memory_id:
             service.delete(Scope.user(args.org_id, args.user_id), args.memory_id, actor="cli")
             print(f"deleted memory {args.memory_id}")
@@ -95,7 +94,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    with open_service(settings, with_embedder=False) as service:
+    with open_service(settings, with_embedder=False, with_maintenance=True) as service:
         _print_json(service.stats(args.org_id))
     return 0
 
@@ -131,18 +130,18 @@ def cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_eval_extraction(args: argparse.Namespace, settings: Settings) -> int:
     """`eval --extraction`: precision and recall of the rules extractor, and of the LLM when configured."""
     cases = load_extraction_cases(args.extraction)
-    modes = ["rules", "llm"] if settings.llm_configured else ["rules"]
+    modes = ["rules", "llm"] if settings.llm.configured else ["rules"]
     reports = []
     for mode in modes:
         with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
-            scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
+            scratch = settings.replace(storage_uri=os.path.join(tmp, "lancedb"))
             with open_service(scratch) as service:
                 reports.append(evaluate_extraction(service, cases, mode, org_id=args.org_id))
     if args.json:
         _print_json({r["mode"]: r for r in reports})
     else:
         print(format_extraction_table(reports))
-        if not settings.llm_configured:
+        if not settings.llm.configured:
             print("(llm: not configured; set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL to score it)")
     return 0
 
@@ -154,21 +153,21 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         print("eval needs --history and --questions (or --extraction CASES.jsonl)", file=sys.stderr)
         return EXIT_USAGE
     questions = load_questions(args.questions)
-    precision = args.query_precision or settings.query_embedding_precision
-    if precision == "int8" and settings.embedding_backend == "torch":  # before the import, not after it
+    precision = args.query_precision or settings.embedding.query_precision
+    if precision == "int8" and settings.embedding.backend == "torch":  # before the import, not after it
         raise InvalidInputError("--query-precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
     with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
-        scratch = settings.model_copy(update={"storage_uri": os.path.join(tmp, "lancedb")})
-        with open_service(scratch) as service:
-            imported = import_history(service, args.history, mode=args.mode, org_id=args.org_id)
-            service.store.optimize()
+        scratch = settings.replace(storage_uri=os.path.join(tmp, "lancedb"))
+        with open_service(scratch, with_maintenance=True) as service:
+            imported = import_into(service, args.history, mode=args.mode, org_id=args.org_id)
+            service.maintenance.optimize()
             if precision == "fp32":
                 report = evaluate_recall(service, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(service.embedder, "precision", "fp32")
             else:
                 # Stored exactly, as every write is; only the questions go through the int8 model,
                 # as the ingress runs it: that precision, and its threads.
-                queries = build_embedder(settings, threads=settings.query_threads_at(precision), precision=precision)
+                queries = build_embedder(settings, threads=settings.embedding.query_threads_at(precision), precision=precision)
                 with open_service(scratch, embedder=queries, store=service.store) as asking:
                     report = evaluate_recall(asking, questions, top_k=args.top_k, default_org=args.org_id)
                 report["query_precision"] = getattr(queries, "precision", "fp32")  # what the model ran at
@@ -187,9 +186,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import ray
     from ray import serve
 
-    config = load_config(args.config or settings.serve_config)
+    config = load_config(args.config or settings.serving.config)
     http = http_options(config, args.host, args.port)
-    if settings.api_keys_file is None and not _is_loopback(http["host"]):
+    if settings.auth.api_keys_file is None and not _is_loopback(http["host"]):
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
@@ -236,7 +235,7 @@ def _is_loopback(host: str) -> bool:
 
 def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:
     with open_service(settings, with_embedder=False) as service:
-        job = service.store.get_job(args.org_id, args.job_id)
+        job = service.store.get_job(OrgScope(args.org_id), args.job_id)
     if job is None:
         print(f"job {args.job_id} not found", file=sys.stderr)
         return 1
@@ -247,11 +246,11 @@ def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
     """Re-run a failed conversation job here, from the logged messages."""
     with open_service(settings) as service:
-        job = service.store.get_job(args.org_id, args.job_id)
+        job = service.store.get_job(OrgScope(args.org_id), args.job_id)
         if job is not None and job["state"] != "failed" and not args.force:
             raise ConflictError(f"job {args.job_id} is {job['state']}; only failed jobs are retried (or pass --force)")
         state = run_conversation_job(service, args.org_id, args.job_id)
-        _print_json(service.store.get_job(args.org_id, args.job_id))
+        _print_json(service.store.get_job(OrgScope(args.org_id), args.job_id))
     return 0 if state == "succeeded" else 1
 
 

@@ -20,6 +20,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,12 +28,14 @@ import numpy as np
 
 from agent_memory.consolidation import build_judge, build_summarizer, consolidate_user
 from agent_memory.errors import ConflictError
-from agent_memory.models import Scope, check_identifier, utcnow
+from agent_memory.job_record import JobRecord
+from agent_memory.models import OrgScope, Scope, check_identifier, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from jobs.runtime import ensure_ray
 from storage import open_store
-from storage.connect import open_service
+from storage.connect import maintenance_of, open_service
+from storage.maintenance import StoreMaintenance
 from storage.schema import SYSTEM_ORG
 
 log = logging.getLogger(__name__)
@@ -44,7 +47,7 @@ IN_PROCESS_MAX_USERS = 20
 
 def _open_service(settings: Settings, now: datetime) -> MemoryService:
     """A memory service on the configured store; the model is loaded only if LLM summaries need it."""
-    return open_service(settings, with_embedder=settings.llm_configured, clock=lambda: now)
+    return open_service(settings, with_embedder=settings.llm.configured, clock=lambda: now)
 
 
 class ConsolidateUsers:
@@ -83,14 +86,14 @@ def _on_ray(owners: list[tuple[str, str]], settings: Settings, now: datetime, dr
     from ray.data import ActorPoolStrategy
 
     ensure_ray(address)
-    workers = max(1, min(settings.consolidation_workers, len(owners)))
+    workers = max(1, min(settings.consolidation.workers, len(owners)))
     ds = ray.data.from_items([{"org_id": o, "user_id": u} for o, u in owners],
                              override_num_blocks=max(1, min(len(owners), workers * 4)))
     ds = ds.map_batches(
         ConsolidateUsers,
         fn_constructor_kwargs={"settings": settings, "now": now, "dry_run": dry_run},
         # Scales down to one actor where a scheduler task or Serve replicas hold the other CPUs.
-        batch_size=16, compute=ActorPoolStrategy(min_size=1, max_size=workers), num_cpus=settings.consolidation_worker_cpus,
+        batch_size=16, compute=ActorPoolStrategy(min_size=1, max_size=workers), num_cpus=settings.consolidation.worker_cpus,
     )
     for row in ds.iter_rows():
         yield json.loads(row["report"])
@@ -128,56 +131,59 @@ def run_consolidation(
     if user_id is not None and org_id is None:
         org_id = "default"
     store = open_store(settings, embedding_model=None, embedding_dim=None)
-    owners = [(org_id, user_id)] if user_id is not None else store.memory_owners(org_id)
+    maintenance = maintenance_of(store)
+    owners = ([(org_id, user_id)] if user_id is not None
+              else maintenance.memory_owners(OrgScope(org_id) if org_id is not None else None))
     owner = owner or f"run-{uuid.uuid4().hex[:12]}"
-    ttl = timedelta(seconds=settings.consolidation_lease_seconds)
-    if not dry_run and not store.acquire_lease(LEASE, owner, ttl, now):
-        holder = store.lease_holder(LEASE, now) or {}
+    ttl = timedelta(seconds=settings.consolidation.lease_seconds)
+    if not dry_run and not maintenance.leases.acquire(LEASE, owner, ttl, now):
+        holder = maintenance.leases.holder(LEASE, now) or {}
         raise ConflictError(
             f"another consolidation run ({holder.get('owner', 'unknown')}) holds the lease until "
             f"{holder.get('expires_at', 'it expires')}; try again later", code="consolidation_running",
         )
     report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
-    shapes_before = store.stats(None)["tables"]
-    job = {"id": job_id(owner), "org_id": report_org(org_id), "user_id": user_id, "kind": "consolidation",
-           "state": "running", "progress": 0.0, "created_at": now, "updated_at": utcnow(), "error": None,
-           "report": {"users": len(owners)}}
+    shapes_before = maintenance.stats()["tables"]
+    job = JobRecord(id=job_id(owner), org_id=report_org(org_id), user_id=user_id, kind="consolidation",
+                    state="running", created_at=now, updated_at=utcnow(), report={"users": len(owners)})
     if not dry_run:
-        store.put_job(job["org_id"], job)
+        store.put_job(OrgScope(job.org_id), job.as_row())
     try:
         if not dry_run:
             # Recall hits logged since the last run become part of the rows first: expiry reads
             # when a memory was last used, and merges add up the counts. The rows this rewrites
             # are put back in order with the rest at the end of the run.
-            report["access_folded"] = store.fold_access(org_id, user_id)
+            report["access_folded"] = maintenance.fold_access(
+                None if org_id is None else Scope.user(org_id, user_id) if user_id is not None else OrgScope(org_id))
         ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
         stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
                   else _in_process(owners, settings, now, dry_run))
-        users = _collect(stream, store, owner, ttl, now, started, dry_run,
-                         compact_every=0 if dry_run else settings.consolidation_compact_every_users)
+        users = _collect(stream, maintenance, owner, ttl, now, started, dry_run,
+                         compact_every=0 if dry_run else settings.consolidation.compact_every_users)
         report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
         report.update(_totals(users, dry_run))
         if not dry_run:
-            optimized = store.optimize(retain=timedelta(hours=settings.consolidation_keep_versions_hours), cluster=True)
+            optimized = maintenance.optimize(retain=timedelta(hours=settings.consolidation.keep_versions_hours), cluster=True)
             report["tables"] = optimized
         else:
             report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
     except Exception as exc:
         if not dry_run:
-            store.put_job(job["org_id"], {**job, "state": "failed", "updated_at": utcnow(),
-                                          "error": f"{type(exc).__name__}: {exc}"})
+            failed = replace(job, state="failed", updated_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
+            store.put_job(OrgScope(job.org_id), failed.as_row())
         raise
     finally:
         if not dry_run:
-            store.release_lease(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))
+            maintenance.leases.release(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))
     memories = report["tables"]["memories"]
     report["fragments"] = {"before": memories["before"]["fragments"], "after": memories.get("after", {}).get("fragments")}
     report["versions"] = {"before": memories["before"]["versions"], "after": memories.get("after", {}).get("versions")}
     report["duration_s"] = round(time.perf_counter() - started, 3)
     if not dry_run:
         # Users that failed are retried by the next run; the job says which.
-        store.put_job(job["org_id"], {**job, "state": "failed" if report["errors"] else "succeeded",
-                                      "progress": 1.0, "updated_at": utcnow(), "report": _job_summary(report)})
+        done = replace(job, state="failed" if report["errors"] else "succeeded", progress=1.0, updated_at=utcnow(),
+                       report=_job_summary(report))
+        store.put_job(OrgScope(job.org_id), done.as_row())
     return report
 
 
@@ -195,7 +201,7 @@ def report_org(org_id: str | None) -> str:
 MID_RUN_RETAIN = timedelta(minutes=10)
 
 
-def _collect(stream: Iterable[dict], store: Any, owner: str, ttl: timedelta, now: datetime, started: float,
+def _collect(stream: Iterable[dict], maintenance: StoreMaintenance, owner: str, ttl: timedelta, now: datetime, started: float,
              dry_run: bool, compact_every: int = 0) -> list[dict]:
     """Drain the per-user reports, renewing the lease whenever a third of its time has passed.
 
@@ -212,12 +218,12 @@ def _collect(stream: Iterable[dict], store: Any, owner: str, ttl: timedelta, now
         if compact_every and changed >= compact_every:
             changed = 0
             try:
-                store.optimize(retain=MID_RUN_RETAIN)
+                maintenance.optimize(retain=MID_RUN_RETAIN)
             except Exception:  # a commit conflict with a worker: the next round or the final pass compacts
                 log.warning("mid-run compaction failed; the run continues", exc_info=True)
         elapsed = time.perf_counter()
         if not dry_run and elapsed - last_renewal > ttl.total_seconds() / 3:
-            if not store.renew_lease(LEASE, owner, ttl, now + timedelta(seconds=elapsed - started)):
+            if not maintenance.leases.renew(LEASE, owner, ttl, now + timedelta(seconds=elapsed - started)):
                 raise ConflictError("the consolidation lease was lost (the run took longer than its lease)",
                                     code="consolidation_lease_lost")
             last_renewal = elapsed

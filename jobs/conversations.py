@@ -24,6 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -31,11 +32,12 @@ import ray
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from agent_memory.extraction import MODES, extract_and_store
 from agent_memory.ids import stable_id
-from agent_memory.models import MessageRecord, Scope, check_identifier, utcnow
+from agent_memory.job_record import JobRecord
+from agent_memory.models import MessageRecord, OrgScope, Scope, check_identifier, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from storage import open_store
-from storage.connect import open_service
+from storage.connect import maintenance_of, open_service
 from storage.filters import Where
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ NAMESPACE = "agent-memory"
 
 def scheduler_name(settings: Settings) -> str:
     """The cluster-wide name of the scheduler of one store."""
-    return f"conversations-{stable_id('store', settings.storage_uri)[:12]}"
+    return f"conversations-{stable_id('store', settings.storage.uri)[:12]}"
 
 
 def conversation_job_id(org_id: str, user_id: str, session_id: str, message_ids: Sequence[str], mode: str) -> str:
@@ -59,14 +61,15 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
     A failure that will be retried leaves the job `queued` with its error; a final one leaves it
     `failed`. Returns "succeeded", "queued" or "failed".
     """
-    job = service.store.get_job(org_id, job_id)
-    if job is None or job.get("kind") != KIND:
+    stored = service.store.get_job(OrgScope(org_id), job_id)
+    if stored is None or stored.get("kind") != KIND:
         raise NotFoundError(f"conversation job {job_id} not found")
-    report = dict(job.get("report") or {})
+    job = JobRecord.from_row(stored)
+    report = dict(job.report)
     now = utcnow()
     report["attempts"] = int(report.get("attempts", 0)) + 1
     report["started_at"] = now.isoformat()
-    service.store.put_job(org_id, {**job, "state": "running", "updated_at": now, "report": report, "error": None})
+    service.store.put_job(OrgScope(org_id), replace(job, state="running", updated_at=now, report=report, error=None).as_row())
     try:
         scope = Scope.user(org_id, report["user_id"])
         logged = service.store.session_messages(scope, report["session_id"], 1_000_000)
@@ -80,13 +83,13 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
         state = "failed" if final else "queued"
         error = f"{getattr(exc, 'code', type(exc).__name__)}: {exc}"
         report["finished_at"] = utcnow().isoformat()
-        service.store.put_job(org_id, {**job, "state": state, "updated_at": utcnow(), "report": report, "error": error})
+        service.store.put_job(OrgScope(org_id), replace(job, state=state, updated_at=utcnow(), report=report, error=error).as_row())
         log.warning("conversation job %s attempt %s failed: %s", job_id, report["attempts"], error)
         return state
     report.update(result.as_dict())
     report["finished_at"] = utcnow().isoformat()
-    service.store.put_job(org_id, {**job, "state": "succeeded", "progress": 1.0, "updated_at": utcnow(),
-                                   "report": report, "error": None})
+    done = replace(job, state="succeeded", progress=1.0, updated_at=utcnow(), report=report, error=None)
+    service.store.put_job(OrgScope(org_id), done.as_row())
     return "succeeded"
 
 
@@ -118,8 +121,8 @@ class ConversationScheduler:
         # Created on first use, inside the actor's event loop; each worker loads the model once.
         if self.workers is None:
             self.workers = asyncio.Queue()
-            options = {"num_cpus": self.settings.extraction_worker_cpus}
-            for _ in range(self.settings.extraction_concurrency):
+            options = {"num_cpus": self.settings.extraction.worker_cpus}
+            for _ in range(self.settings.extraction.concurrency):
                 self.workers.put_nowait(ExtractionWorker.options(**options).remote(self.settings))
         return self.workers
 
@@ -127,22 +130,20 @@ class ConversationScheduler:
         """Jobs waiting or running."""
         return len(self.known)
 
-    async def submit(self, job: dict[str, Any], force: bool = False) -> str:
+    async def submit(self, job: JobRecord, force: bool = False) -> str:
         """Queue a job: 'queued', 'duplicate' (already queued here or done) or 'full'."""
-        org_id, job_id = job["org_id"], job["id"]
+        org_id, job_id = job.org_id, job.id
         if job_id in self.known:
             return "duplicate"
-        stored = self.store.get_job(org_id, job_id)
-        if stored is not None and stored["state"] == "succeeded" and not force:
+        row = self.store.get_job(OrgScope(org_id), job_id)
+        stored = JobRecord.from_row(row) if row is not None else None
+        if stored is not None and stored.state == "succeeded" and not force:
             return "duplicate"
-        if not force and len(self.known) >= self.settings.conversation_queue_size:
+        if not force and len(self.known) >= self.settings.extraction.queue_size:
             return "full"
         if stored is None or force:
-            row = {**(stored or job), "state": "queued", "updated_at": utcnow()}
-            if stored is None:
-                row["created_at"] = row.get("created_at") or utcnow()
-            self.store.put_job(org_id, row)
-        key = (org_id, job["user_id"])
+            self.store.put_job(OrgScope(org_id), replace(stored or job, state="queued", updated_at=utcnow()).as_row())
+        key = (org_id, str(job.user_id))
         self.known.add(job_id)
         self.queues.setdefault(key, deque()).append(job_id)
         if key not in self.active:
@@ -172,7 +173,7 @@ class ConversationScheduler:
                 task.add_done_callback(self.tasks.discard)
 
     async def _run(self, org_id: str, job_id: str) -> None:
-        attempts = self.settings.extraction_job_attempts
+        attempts = self.settings.extraction.job_attempts
         pool = self._pool()
         for attempt in range(attempts):
             worker = await pool.get()
@@ -181,15 +182,15 @@ class ConversationScheduler:
             except Exception as exc:  # the worker died: record it, and retry on another attempt
                 log.warning("worker failed on job %s: %s", job_id, exc)
                 state = "queued"
-                worker = ExtractionWorker.options(num_cpus=self.settings.extraction_worker_cpus).remote(self.settings)
+                worker = ExtractionWorker.options(num_cpus=self.settings.extraction.worker_cpus).remote(self.settings)
             finally:
                 pool.put_nowait(worker)
             if state in ("succeeded", "failed"):
                 return
-            await asyncio.sleep(self.settings.extraction_retry_backoff_s * 2**attempt)
-        job = self.store.get_job(org_id, job_id)
-        if job is not None and job["state"] != "succeeded":
-            self.store.put_job(org_id, {**job, "state": "failed", "updated_at": utcnow()})
+            await asyncio.sleep(self.settings.extraction.retry_backoff_s * 2**attempt)
+        row = self.store.get_job(OrgScope(org_id), job_id)
+        if row is not None and row["state"] != "succeeded":
+            self.store.put_job(OrgScope(org_id), replace(JobRecord.from_row(row), state="failed", updated_at=utcnow()).as_row())
 
 
 def scheduler(settings: Settings) -> Any:
@@ -221,7 +222,7 @@ def submit_conversation(
     mode = mode or settings.default_conversation_mode
     if mode not in MODES:
         raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "llm" and not settings.llm_configured:
+    if mode == "llm" and not settings.llm.configured:
         raise InvalidInputError("mode 'llm' needs an LLM: set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL")
     if not message_records:
         raise InvalidInputError("no messages given")
@@ -230,27 +231,24 @@ def submit_conversation(
             raise InvalidInputError("every message must belong to the conversation's org, user and session")
     message_ids = [m.message_id for m in message_records]
     job_id = conversation_job_id(org_id, user_id, session_id, message_ids, mode)
-    now = utcnow()
-    job = {
-        "id": job_id, "org_id": org_id, "user_id": user_id, "kind": KIND, "state": "queued", "progress": 0.0,
-        "created_at": now, "updated_at": now, "error": None,
-        "report": {"user_id": user_id, "session_id": session_id, "mode": mode, "message_ids": message_ids, "attempts": 0},
-    }
+    job = JobRecord.new(job_id, org_id, KIND, user_id=user_id, report={
+        "user_id": user_id, "session_id": session_id, "mode": mode, "message_ids": message_ids, "attempts": 0,
+    })
     outcome = ray.get(scheduler(settings).submit.remote(job))
     if outcome == "full":
         raise UnavailableError(
-            f"the extraction queue is full ({settings.conversation_queue_size} jobs); retry shortly", code="queue_full"
+            f"the extraction queue is full ({settings.extraction.queue_size} jobs); retry shortly", code="queue_full"
         )
     return job_id
 
 
-def pending_jobs(settings: Settings) -> list[dict[str, Any]]:
+def pending_jobs(settings: Settings) -> list[JobRecord]:
     """Conversation jobs left queued or running (of every org), oldest first."""
     store = open_store(settings, embedding_model=None, embedding_dim=None)
     where = Where().eq("kind", KIND).isin("state", ["queued", "running"]).render()
-    rows = store.table("jobs").search().where(where).select(["id", "org_id"]).limit(None).to_arrow().to_pylist()
-    jobs = [store.get_job(r["org_id"], r["id"]) for r in rows]
-    return sorted((j for j in jobs if j), key=lambda j: (j["created_at"], j["id"]))
+    rows = maintenance_of(store).table("jobs").search().where(where).select(["id", "org_id"]).limit(None).to_arrow().to_pylist()
+    jobs = [JobRecord.from_row(job) for r in rows if (job := store.get_job(OrgScope(r["org_id"]), r["id"])) is not None]
+    return sorted(jobs, key=lambda j: (j.created_at, j.id))
 
 
 def resume_pending_jobs(settings: Settings) -> list[str]:
@@ -263,20 +261,20 @@ def resume_pending_jobs(settings: Settings) -> list[str]:
     sched = scheduler(settings)
     for job in pending_jobs(settings):
         if ray.get(sched.submit.remote(job, True)) == "queued":
-            ids.append(job["id"])
+            ids.append(job.id)
     return ids
 
 
 def retry_job(settings: Settings, org_id: str, job_id: str) -> str:
     """Queue a failed conversation job again on the cluster (its messages are read from the log)."""
     store = open_store(settings, embedding_model=None, embedding_dim=None)
-    job = store.get_job(org_id, job_id)
-    if job is None or job.get("kind") != KIND:
+    row = store.get_job(OrgScope(org_id), job_id)
+    if row is None or row.get("kind") != KIND:
         raise NotFoundError(f"conversation job {job_id} not found")
-    if job["state"] != "failed":
-        raise ConflictError(f"job {job_id} is {job['state']}; only failed jobs can be retried", code="job_not_failed")
-    job["report"] = {**job["report"], "attempts": 0}
-    ray.get(scheduler(settings).submit.remote(job, True))
+    job = JobRecord.from_row(row)
+    if job.state != "failed":
+        raise ConflictError(f"job {job_id} is {job.state}; only failed jobs can be retried", code="job_not_failed")
+    ray.get(scheduler(settings).submit.remote(replace(job, report={**job.report, "attempts": 0}), True))
     return job_id
 
 
@@ -285,7 +283,7 @@ def wait_for_job(settings: Settings, org_id: str, job_id: str, *, timeout_s: flo
     store = open_store(settings, embedding_model=None, embedding_dim=None)
     deadline = time.monotonic() + timeout_s
     while True:
-        job = store.get_job(org_id, job_id)
+        job = store.get_job(OrgScope(org_id), job_id)
         if job is not None and job["state"] in ("succeeded", "failed"):
             return job
         if time.monotonic() > deadline:

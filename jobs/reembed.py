@@ -27,6 +27,7 @@ from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 from jobs.runtime import EmbedMemories, embed_batch, embed_cpus, embed_pool, ensure_ray
 from storage import open_store
+from storage.connect import maintenance_of
 from storage.reembed import open_staging, stage, stale, switch
 
 Engine = Literal["ray", "local"]
@@ -37,13 +38,14 @@ class Reembedding:
 
     def __init__(self, settings: Settings, model: str, *, store: Any = None) -> None:
         self.settings = settings
-        self.target = settings.model_copy(update={"embedding_model": model})
+        self.target = settings.replace(embedding_model=model)
         self.store = store or open_store(settings, embedding_model=None, embedding_dim=None)
+        self.tables = maintenance_of(self.store).tables
         self.embedder: Embedder = build_embedder(self.target)
         if self.embedder.name == self.store.embedding_model:
             raise InvalidInputError(f"the store already holds vectors of {self.embedder.name!r}")
         self.previous = self.store.embedding_model
-        self.staging = open_staging(self.store, self.embedder.name, self.embedder.dim)
+        self.staging = open_staging(self.tables, self.embedder.name, self.embedder.dim)
 
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, list[float]]:
         """New vectors and [UNK] shares for texts, in this process."""
@@ -51,10 +53,10 @@ class Reembedding:
 
     def snapshot(self, *, engine: Engine = "ray", show_progress: bool = False) -> int:
         """Embed every memory not staged yet; return how many were embedded."""
-        todo = stale(self.store, self.staging)
+        todo = stale(self.tables, self.staging)
         if not todo.num_rows:
             return 0
-        step = self.settings.import_commit_rows
+        step = self.settings.imports.commit_rows
         bar = _bar(todo.num_rows, show_progress)
         try:
             if engine == "local":
@@ -71,14 +73,14 @@ class Reembedding:
             ensure_ray()
             low, high = embed_pool(self.settings)
             dataset = ray.data.from_arrow(todo).repartition(
-                target_num_rows_per_block=self.settings.import_embed_batch_rows
+                target_num_rows_per_block=self.settings.imports.embed_batch_rows
             ).map_batches(
                 EmbedMemories, fn_constructor_kwargs={"settings": self.target},
                 compute=ActorPoolStrategy(min_size=low, max_size=high),
-                batch_size=self.settings.import_embed_batch_rows,
-                num_cpus=embed_cpus(self.settings) if not self.settings.import_embed_num_gpus
-                else self.settings.import_embed_num_cpus,
-                num_gpus=self.settings.import_embed_num_gpus or None, batch_format="numpy",
+                batch_size=self.settings.imports.embed_batch_rows,
+                num_cpus=embed_cpus(self.settings) if not self.settings.imports.embed_num_gpus
+                else self.settings.imports.embed_num_cpus,
+                num_gpus=self.settings.imports.embed_num_gpus or None, batch_format="numpy",
             )
             for batch in dataset.iter_batches(batch_size=step, batch_format="numpy"):
                 stage(self.staging, list(batch["id"]), list(batch["index_text"]), batch["vector"], batch["oov"])
@@ -90,7 +92,7 @@ class Reembedding:
 
     def switch(self) -> int:
         """Catch up what changed meanwhile and switch `memories` to the new vectors; return rows caught up."""
-        return switch(self.store, self.staging, self.embedder.name, self.embedder.dim, self.embed)
+        return switch(self.tables, self.staging, self.embedder.name, self.embedder.dim, self.embed)
 
 
 def reembed(settings: Settings, model: str, *, engine: Engine = "ray", show_progress: bool = False,
@@ -102,7 +104,7 @@ def reembed(settings: Settings, model: str, *, engine: Engine = "ray", show_prog
     caught_up = job.switch()
     return {
         "previous_model": job.previous, "model": job.embedder.name, "dim": job.embedder.dim,
-        "memories": job.store.table("memories").count_rows(), "embedded": embedded, "caught_up": caught_up,
+        "memories": job.tables.table("memories").count_rows(), "embedded": embedded, "caught_up": caught_up,
         "duration_s": round(time.perf_counter() - started, 3), "engine": engine,
         "next": f"set AGENT_MEMORY_EMBEDDING_MODEL={job.embedder.name} for every server and job",
     }

@@ -26,7 +26,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import MemoryRecord, MessageRecord, Scope, index_parts, index_speaker, index_text_of
+from agent_memory.models import (
+    MemoryRecord,
+    MessageRecord,
+    OrgScope,
+    Scope,
+    index_parts,
+    index_speaker,
+    index_text_of,
+)
 from agent_memory.settings import Settings
 from storage.connect import open_service
 from storage.schema import INDEX_FORMAT
@@ -83,11 +91,14 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
     meant to, the store is recorded as layout 2.
     """
     own = service is None
-    service = service or open_service(settings)
-    legacy = service.store.index_format() < INDEX_FORMAT
+    service = service or open_service(settings, with_maintenance=True)
+    maintenance = service.maintenance
+    if maintenance is None:
+        raise InvalidInputError("reindex walks every user: pass a service opened with its maintenance interface")
+    legacy = maintenance.index_format() < INDEX_FORMAT
     counts = {"users": 0, "memories": 0, "changed": 0, "reembedded": 0, "written": 0, "skipped": 0}
     try:
-        for org, user in service.store.memory_owners(org_id):
+        for org, user in maintenance.memory_owners(OrgScope(org_id) if org_id is not None else None):
             scope = Scope.user(org, user)
             records, vectors = service.store.user_memories(scope)
             counts["users"] += 1
@@ -109,8 +120,8 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
                 counts["written"] += written
                 counts["skipped"] += len(batch) - written
         if legacy and not dry_run and org_id is None and counts["skipped"] == 0:
-            service.store.set_index_format(INDEX_FORMAT)
-        layout = service.store.index_format()
+            maintenance.set_index_format(INDEX_FORMAT)
+        layout = maintenance.index_format()
     finally:
         if own:
             service.close()

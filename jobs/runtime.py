@@ -32,11 +32,11 @@ def embed_pool(settings: Settings) -> tuple[int, int]:
     import ray
 
     resources = ray.cluster_resources()
-    if settings.import_embed_num_gpus > 0:
-        fits = int(resources.get("GPU", 0) / settings.import_embed_num_gpus)
+    if settings.imports.embed_num_gpus > 0:
+        fits = int(resources.get("GPU", 0) / settings.imports.embed_num_gpus)
     else:
-        fits = int(resources.get("CPU", 1) / settings.import_embed_num_cpus)
-    top = max(1, min(settings.import_embed_max_actors, fits))
+        fits = int(resources.get("CPU", 1) / settings.imports.embed_num_cpus)
+    top = max(1, min(settings.imports.embed_max_actors, fits))
     return 1, top
 
 
@@ -50,9 +50,9 @@ def embed_cpus(settings: Settings) -> float:
     import ray
 
     free = float(ray.available_resources().get("CPU", 0.0))
-    if free >= settings.import_embed_num_cpus + 1.0:
-        return settings.import_embed_num_cpus
-    return max(0.1, round(min(settings.import_embed_num_cpus, free - 1.0), 2))
+    if free >= settings.imports.embed_num_cpus + 1.0:
+        return settings.imports.embed_num_cpus
+    return max(0.1, round(min(settings.imports.embed_num_cpus, free - 1.0), 2))
 
 
 CPU_ACTOR_MODEL_BATCH = 16
@@ -64,11 +64,11 @@ def actor_model_batch(settings: Settings) -> int:
     The small default is for a local model on one CPU thread; a GPU, or a remote endpoint that
     takes a request per batch, keeps `embedding_batch_size`.
     """
-    if settings.import_embed_model_batch is not None:
-        return settings.import_embed_model_batch
-    remote = settings.embedding_model.strip().startswith(OPENAI_PREFIX)
-    if remote or settings.import_embed_num_gpus > 0:
-        return settings.embedding_batch_size
+    if settings.imports.embed_model_batch is not None:
+        return settings.imports.embed_model_batch
+    remote = settings.embedding.model.strip().startswith(OPENAI_PREFIX)
+    if remote or settings.imports.embed_num_gpus > 0:
+        return settings.embedding.batch_size
     return CPU_ACTOR_MODEL_BATCH
 
 
@@ -76,7 +76,7 @@ class EmbedMemories:
     """Ray Data callable class: loads the model once per actor, embeds a batch of memories."""
 
     def __init__(self, settings: Settings) -> None:
-        self.embedder = build_embedder(settings.model_copy(update={"embedding_batch_size": actor_model_batch(settings)}))
+        self.embedder = build_embedder(settings.replace(embedding_batch_size=actor_model_batch(settings)))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         return embed_batch(self.embedder, batch)

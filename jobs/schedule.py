@@ -34,18 +34,18 @@ class ConsolidationSchedule:
     @property
     def enabled(self) -> bool:
         """Whether the schedule runs at all."""
-        return self.settings.consolidation_schedule_enabled
+        return self.settings.consolidation.schedule_enabled
 
     def next_run_after(self, now: datetime) -> datetime | None:
         """The first scheduled time strictly after `now`, or None when scheduling is off."""
         if not self.enabled:
             return None
         now = as_utc(now)
-        interval = self.settings.consolidation_interval_minutes
+        interval = self.settings.consolidation.interval_minutes
         if interval is not None:
             # The first run waits one interval: restarting a replica must not trigger a run.
             return max((self.last_run or now) + timedelta(minutes=interval), now)
-        hour, minute = (int(p) for p in self.settings.consolidation_daily_at.split(":"))
+        hour, minute = (int(p) for p in self.settings.consolidation.daily_at.split(":"))
         today = datetime.combine(now.date(), time(hour, minute), tzinfo=now.tzinfo)
         return today if today > now else today + timedelta(days=1)
 

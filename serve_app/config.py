@@ -56,7 +56,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
 
 def deployment_options(settings: Settings, config: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """`.options(...)` for each deployment: the config file's, then settings for what it omits."""
-    config = load_config(settings.serve_config) if config is None else config
+    config = load_config(settings.serving.config) if config is None else config
     apps = config.get("applications") or [{}]
     declared = {d["name"]: d for d in apps[0].get("deployments", []) if "name" in d}
     for name in sorted(set(declared) - set(DEPLOYMENTS)):
@@ -70,8 +70,8 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
             opts.setdefault("logging_config", apps[0]["logging_config"])
         actor = dict(opts.get("ray_actor_options") or {"num_cpus": 0 if name == "Scheduler" else 0.25})
         actor.setdefault("runtime_env", {"env_vars": env})
-        if name == "Embedder" and settings.embedding_num_gpus and "num_gpus" not in actor:
-            actor["num_gpus"] = settings.embedding_num_gpus
+        if name == "Embedder" and settings.embedding.num_gpus and "num_gpus" not in actor:
+            actor["num_gpus"] = settings.embedding.num_gpus
         opts["ray_actor_options"] = actor
         if "num_replicas" not in opts and "autoscaling_config" not in opts:
             opts["num_replicas"] = 1

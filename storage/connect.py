@@ -13,6 +13,7 @@ from agent_memory.models import utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from storage.lance_store import LanceStore, open_store
+from storage.maintenance import StoreMaintenance
 
 
 def open_service(
@@ -24,13 +25,16 @@ def open_service(
     model: tuple[str, int] | None = None,
     clock: Callable[[], datetime] = utcnow,
     defer_access: bool = False,
+    with_maintenance: bool = False,
 ) -> MemoryService:
     """A MemoryService on the settings' store, with their embedder unless told otherwise.
 
     `embedder` hands in a model already loaded (or one embedding elsewhere); `with_embedder=False`
     opens the store without loading any (reads, erasure, maintenance). `model` (name, dim) creates
     or checks the store for vectors embedded elsewhere, as import and re-embed actors do. `store`
-    shares one open store between services; it must hold the embedder's vectors.
+    shares one open store between services; it must hold the embedder's vectors. `with_maintenance`
+    hands the service the store's maintenance interface (erasure, store-wide counts): for the
+    Writer, jobs and the CLI, not for what serves reads.
     """
     if embedder is None and with_embedder:
         embedder = build_embedder(settings)
@@ -39,4 +43,15 @@ def open_service(
         store = open_store(settings, embedding_model=name, embedding_dim=dim)
     else:
         store.check_model(name, dim)
-    return MemoryService(store, embedder, settings, clock=clock, defer_access=defer_access)
+    maintenance = maintenance_of(store) if with_maintenance else None
+    return MemoryService(store, embedder, settings, clock=clock, defer_access=defer_access, maintenance=maintenance)
+
+
+def maintenance_of(store: LanceStore) -> StoreMaintenance:
+    """The maintenance interface of an open store: for jobs, the Writer, notebooks and tests."""
+    return StoreMaintenance(store.connection, store.access)
+
+
+def open_maintenance(settings: Settings) -> StoreMaintenance:
+    """The maintenance interface of the settings' store (no model: vectors are not written)."""
+    return maintenance_of(open_store(settings, embedding_model=None, embedding_dim=None))

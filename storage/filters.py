@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import Scope
+from agent_memory.models import OrgScope, Scope
 
 _COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -116,13 +116,20 @@ class Where:
             self._parts.append(f"array_has_all({self._col(name)}, make_array({', '.join(literal(v) for v in values)}))")
         return self
 
-    def scope(self, scope: Scope) -> Where:
-        """The tenant scope: org always, then user or team, then agent and session where given."""
+    def scope(self, scope: Scope | OrgScope, *, owner_only: bool = False) -> Where:
+        """The tenant scope: org always, then user or team, then agent and session where given.
+
+        `owner_only` stops at the user or team, for tables without agent and session columns.
+        """
         self.eq("org_id", scope.org_id)
+        if isinstance(scope, OrgScope):
+            return self
         if scope.user_id is not None:
             self.eq("user_id", scope.user_id)
         if scope.team_id is not None:
             self.eq("team_id", scope.team_id)
+        if owner_only:
+            return self
         if scope.agent_id is not None:
             self.eq("agent_id", scope.agent_id)
         if scope.session_id is not None:
@@ -136,6 +143,6 @@ class Where:
         return " AND ".join(f"({p})" for p in self._parts)
 
 
-def scoped(scope: Scope) -> Where:
+def scoped(scope: Scope | OrgScope, *, owner_only: bool = False) -> Where:
     """A filter that starts with the tenant scope; every query on tenant data begins here."""
-    return Where().scope(scope)
+    return Where().scope(scope, owner_only=owner_only)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from agent_memory.errors import ConflictError
 from agent_memory.models import index_parts
 from storage import schema as sc
-from storage.lance_store import FILE_FORMAT, LanceStore, _retrying
+from storage.tables import FILE_FORMAT, Tables, retrying
 
 STAGING = "memories_reembed"
 Embed = Callable[[Sequence[str]], tuple[np.ndarray, Sequence[float]]]
@@ -36,9 +36,9 @@ def staging_schema(dim: int, model: str) -> pa.Schema:
     )
 
 
-def open_staging(store: LanceStore, model: str, dim: int) -> Any:
+def open_staging(tables: Tables, model: str, dim: int) -> Any:
     """The staging table for `model`; a staging table left by a run for another model is replaced."""
-    db = store._db
+    db = tables.db
     if STAGING in db.table_names():
         table = db.open_table(STAGING)
         meta = table.schema.metadata or {}
@@ -47,12 +47,12 @@ def open_staging(store: LanceStore, model: str, dim: int) -> Any:
     return db.create_table(STAGING, schema=staging_schema(dim, model), mode="overwrite", data_storage_version=FILE_FORMAT)
 
 
-def memory_texts(store: LanceStore) -> pa.Table:
+def memory_texts(tables: Tables) -> pa.Table:
     """(id, index_text, vector_text) of every memory, at the table's latest version.
 
     `index_text` keys a staged vector (a row whose text changed is embedded again); `vector_text`
     is what the vector embeds (the memory with its speaker, without context)."""
-    rows = store.table(sc.MEMORIES).to_lance().to_table(columns=["id", "index_text", "content"])
+    rows = tables.table(sc.MEMORIES).to_lance().to_table(columns=["id", "index_text", "content"])
     texts = [index_parts(t, c)[1] for t, c in zip(rows.column("index_text").to_pylist(),
                                                    rows.column("content").to_pylist(), strict=True)]
     return rows.drop_columns(["content"]).append_column("vector_text", pa.array(texts, type=pa.string()))
@@ -67,13 +67,13 @@ def stage(staging: Any, ids: Sequence[str], texts: Sequence[str], vectors: np.nd
          "vector": list(np.asarray(vectors, dtype=np.float32))},
         schema=staging.schema,
     )
-    _retrying(lambda: staging.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    retrying(lambda: staging.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
               .execute(data), "stage vectors")
 
 
-def stale(store: LanceStore, staging: Any) -> pa.Table:
+def stale(tables: Tables, staging: Any) -> pa.Table:
     """Memories whose staged vector is missing or was computed from other text (written meanwhile)."""
-    current = memory_texts(store)
+    current = memory_texts(tables)
     staged = staging.to_lance().to_table(columns=["id", "index_text"])
     known = dict(zip(staged.column("id").to_pylist(), staged.column("index_text").to_pylist(), strict=True))
     keep = [known.get(i) != t for i, t in zip(current.column("id").to_pylist(),
@@ -81,16 +81,16 @@ def stale(store: LanceStore, staging: Any) -> pa.Table:
     return current.filter(pa.array(keep, type=pa.bool_()))
 
 
-def switch(store: LanceStore, staging: Any, model: str, dim: int, embed: Embed, *, attempts: int = 5) -> int:
+def switch(tables: Tables, staging: Any, model: str, dim: int, embed: Embed, *, attempts: int = 5) -> int:
     """Catch up rows written meanwhile, then replace `memories` with the new vectors in one commit.
 
     Returns the number of rows caught up. Writes landing between the last read and the commit are
     detected by the table version and the whole step is repeated.
     """
-    table = store.table(sc.MEMORIES)
+    table = tables.table(sc.MEMORIES)
     caught_up = 0
     for _ in range(attempts):
-        missing = stale(store, staging)
+        missing = stale(tables, staging)
         if missing.num_rows:
             vectors, oov = embed(missing.column("vector_text").to_pylist())
             stage(staging, missing.column("id").to_pylist(), missing.column("index_text").to_pylist(), vectors, oov)
@@ -119,12 +119,10 @@ def switch(store: LanceStore, staging: Any, model: str, dim: int, embed: Embed, 
         if table.version != version:
             continue
         # The rewrite also brings a store made with another file format to this one.
-        new_table = store._db.create_table(
+        new_table = tables.db.create_table(
             sc.MEMORIES, data, schema=new_schema, mode="overwrite", data_storage_version=FILE_FORMAT
         )
-        store._tables[sc.MEMORIES] = new_table
-        store.embedding_model, store.embedding_dim = model, dim
-        store._create_indexes(new_table, sc.MEMORIES)
-        store._db.drop_table(STAGING)
+        tables.switch_memories(new_table, model, dim)
+        tables.db.drop_table(STAGING)
         return caught_up
     raise ConflictError("memories kept changing during the switch; run reembed again", code="reembed_busy")

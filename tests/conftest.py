@@ -16,6 +16,7 @@ from agent_memory.embedding import Embedder, SentenceTransformerEmbedder  # noqa
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from storage import LanceStore  # noqa: E402
+from storage.connect import maintenance_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,8 +55,9 @@ def make_service(embedder: Embedder, tmp_path: Path) -> Iterator[Callable[..., M
 
     def make(clock: Callable[[], datetime] | None = None, **overrides: object) -> MemoryService:
         settings = Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None, **overrides)  # type: ignore[call-arg]
-        store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
-        service = MemoryService(store, embedder, settings, clock=clock or Clock(), defer_access=False)
+        store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+        service = MemoryService(store, embedder, settings, clock=clock or Clock(), defer_access=False,
+                                maintenance=maintenance_of(store))
         services.append(service)
         return service
 

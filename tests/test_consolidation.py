@@ -1,4 +1,5 @@
-"""Consolidation: clustering, merging, expiry, decay, purge, the lease and the Ray Data job."""
+"""Consolidation: clustering, merging, expiry, decay, purge, the lease and the Ray Data job (with an LLM and on a
+schedule: test_consolidation_llm.py)."""
 
 from __future__ import annotations
 
@@ -11,33 +12,27 @@ from typing import Any
 
 import pytest
 
-from agent_memory.consolidation import (
-    JUDGE_PROMPT,
-    SUMMARY_PROMPT,
-    RememberedJudge,
+from agent_memory.consolidation import apply_plan, plan_user
+from agent_memory.errors import ConflictError
+from agent_memory.merge import merge_records
+from agent_memory.models import MemoryRecord, OrgScope, Scope
+from agent_memory.service import MemoryService
+from agent_memory.stance import persons, polarity, stance
+from agent_memory.wording import (
     adds_content,
-    apply_plan,
     content_sequence,
     content_terms,
     exact_key,
     lexical_agreement,
     names_agree,
     owned_terms,
-    persons,
-    plan_user,
-    polarity,
     rewording,
-    stance,
 )
-from agent_memory.errors import ConflictError
-from agent_memory.merge import merge_records
-from agent_memory.models import MemoryRecord, Scope
-from agent_memory.service import MemoryService
 from cli.main import main
 from jobs.consolidate import LEASE, job_id, run_consolidation
-from jobs.schedule import ConsolidationSchedule, submit_consolidation
+from jobs.schedule import submit_consolidation
+from storage.connect import maintenance_of
 from tests.conftest import Clock
-from tests.llm_server import ScriptedLLM, scripted_llm
 
 U = Scope.user("acme", "alice")
 CLUSTERS = {
@@ -55,19 +50,19 @@ LOOKALIKES = ["I like Python", "my colleague hates Python", "I don't use Python 
               "My birthday is in March", "My birthday is in September"]
 
 
-def _plant(service: MemoryService, user: str = "alice", org: str = "acme") -> dict[str, str]:
+def plant(service: MemoryService, user: str = "alice", org: str = "acme") -> dict[str, str]:
     """Write the planted memories; return content -> id."""
     texts = [t for group in CLUSTERS.values() for t in group] + LOOKALIKES
     ids = service.add_many(org, [{"user_id": user, "content": t, "importance": 0.5} for t in texts]).ids
     return dict(zip(texts, ids, strict=True))
 
 
-def _all(service: MemoryService, scope: Scope = U) -> dict[str, MemoryRecord]:
+def memories_of(service: MemoryService, scope: Scope = U) -> dict[str, MemoryRecord]:
     records, _ = service.store.user_memories(scope)
     return {r.id: r for r in records}
 
 
-def _run(service: MemoryService, clock: Clock, **kwargs: Any) -> dict[str, Any]:
+def consolidate(service: MemoryService, clock: Clock, **kwargs: Any) -> dict[str, Any]:
     return run_consolidation(service.settings, now=clock(), use_ray=kwargs.pop("use_ray", False), **kwargs)
 
 
@@ -156,9 +151,9 @@ def test_rephrasings_merge_but_other_people_times_and_names_stay_apart(
     texts = same + same_zh + apart
     ids = dict(zip(texts, service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts]).ids,
                    strict=True))
-    report = _run(service, clock)
+    report = consolidate(service, clock)
     assert report["clusters"] == 3 and report["memories_merged"] == 3, report
-    rows = _all(service)
+    rows = memories_of(service)
     for group in (same, same_zh[:2], same_zh[2:]):
         assert sorted(rows[ids[t]].status for t in group) == ["active", "superseded"], group
     for text in apart:
@@ -171,7 +166,7 @@ def test_a_swapped_word_needs_the_reworded_similarity(service: MemoryService, cl
     records, vectors = service.store.user_memories(U)
 
     def clusters(**thresholds: float) -> int:
-        return len(plan_user(U, records, vectors, clock(), service.settings.model_copy(update=thresholds)).clusters)
+        return len(plan_user(U, records, vectors, clock(), service.settings.replace(**thresholds)).clusters)
 
     assert clusters() == 0  # defaults: 0.85 for the same words, 0.92 for a swapped one
     assert clusters(consolidation_reworded_similarity=0.9) == 1
@@ -180,10 +175,10 @@ def test_a_swapped_word_needs_the_reworded_similarity(service: MemoryService, cl
 
 
 def test_planted_clusters_merge_and_lookalikes_stay_apart(service: MemoryService, clock: Clock) -> None:
-    ids = _plant(service)
-    report = _run(service, clock)
+    ids = plant(service)
+    report = consolidate(service, clock)
     assert report["clusters"] == 4 and report["memories_merged"] == 6 and report["errors"] == []
-    rows = _all(service)
+    rows = memories_of(service)
     for group in CLUSTERS.values():
         members = [rows[ids[t]] for t in group]
         active = [m for m in members if m.status == "active"]
@@ -207,9 +202,9 @@ def test_merge_unions_sources_and_sums_access(service: MemoryService, clock: Clo
                              "source_ids": ["m1"]})
     b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max", "importance": 0.2,
                              "source_ids": ["m2"]})
-    service.store.record_access("acme", {"alice": {a: 2, b: 3}}, clock())
-    _run(service, clock)
-    rows = _all(service)
+    service.store.record_access(OrgScope("acme"), {"alice": {a: 2, b: 3}}, clock())
+    consolidate(service, clock)
+    rows = memories_of(service)
     survivor = rows[a]  # the more important one stands for both
     assert survivor.status == "active" and rows[b].superseded_by == a
     assert sorted(survivor.source_ids) == ["m1", "m2"] and survivor.access_count == 5
@@ -217,27 +212,27 @@ def test_merge_unions_sources_and_sums_access(service: MemoryService, clock: Clo
 
 
 def test_recall_returns_the_merged_memory_once(service: MemoryService, clock: Clock) -> None:
-    ids = _plant(service)
+    ids = plant(service)
     query = {"user_id": "alice", "query": "which language for backend work", "top_k": 10}
     before = [h.id for h in service.recall("acme", query).memories]
     assert sum(1 for t in CLUSTERS["python"] if ids[t] in before) == 3
-    _run(service, clock)
+    consolidate(service, clock)
     after = [h.id for h in service.recall("acme", query).memories]
     assert sum(1 for t in CLUSTERS["python"] if ids[t] in after) == 1
     assert len(after) == len(set(after))
 
 
 def test_second_run_is_a_no_op_even_after_recalls(service: MemoryService, clock: Clock) -> None:
-    _plant(service)
-    _run(service, clock)
-    snapshot = {i: r.model_dump() for i, r in _all(service).items()}
+    plant(service)
+    consolidate(service, clock)
+    snapshot = {i: r.model_dump() for i, r in memories_of(service).items()}
     # Access-count updates between runs are not changes a run counts.
     service.recall("acme", {"user_id": "alice", "query": "coffee 咖啡 Python"})
     service.access.flush()
-    second = _run(service, clock)
+    second = consolidate(service, clock)
     assert {k: second[k] for k in ("clusters", "memories_merged", "expired", "decayed", "purged")} == {
         "clusters": 0, "memories_merged": 0, "expired": 0, "decayed": 0, "purged": 0}
-    after = {i: r.model_dump(exclude={"access_count", "last_accessed_at"}) for i, r in _all(service).items()}
+    after = {i: r.model_dump(exclude={"access_count", "last_accessed_at"}) for i, r in memories_of(service).items()}
     assert after == {i: {k: v for k, v in r.items() if k not in ("access_count", "last_accessed_at")}
                      for i, r in snapshot.items()}
 
@@ -246,11 +241,11 @@ def test_users_are_never_merged_together(service: MemoryService, clock: Clock) -
     a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max"})
     b = service.add("acme", {"user_id": "bob", "content": "My dog is called Max"})
     c = service.add("other", {"user_id": "alice", "content": "My dog is called Max"})
-    report = _run(service, clock)
+    report = consolidate(service, clock)
     assert report["users"] == 3 and report["clusters"] == 0
-    assert _all(service)[a].status == "active"
-    assert _all(service, Scope.user("acme", "bob"))[b].status == "active"
-    assert _all(service, Scope.user("other", "alice"))[c].status == "active"
+    assert memories_of(service)[a].status == "active"
+    assert memories_of(service, Scope.user("acme", "bob"))[b].status == "active"
+    assert memories_of(service, Scope.user("other", "alice"))[c].status == "active"
 
 
 def test_compaction_during_a_run_changes_no_outcome(service: MemoryService, clock: Clock) -> None:
@@ -258,13 +253,13 @@ def test_compaction_during_a_run_changes_no_outcome(service: MemoryService, cloc
     outcomes: list[Any] = []
     for every, org in ((0, "never"), (1, "each")):  # no compaction, and one after every changed user
         for user in users:
-            _plant(service, user, org)
-        assert service.store.stats(None)["tables"]["memories"]["fragments"] > 1
-        settings = service.settings.model_copy(update={"consolidation_compact_every_users": every})
+            plant(service, user, org)
+        assert maintenance_of(service.store).stats()["tables"]["memories"]["fragments"] > 1
+        settings = service.settings.replace(consolidation_compact_every_users=every)
         report = run_consolidation(settings, now=clock(), use_ray=False)
         assert report["clusters"] == 3 * len(CLUSTERS) and not report["errors"]
         for user in users:
-            status = {r.content: r.status for r in _all(service, Scope.user(org, user)).values()}
+            status = {r.content: r.status for r in memories_of(service, Scope.user(org, user)).values()}
             # Which member of a cluster survives may differ (ties break on ids, which name the org).
             outcomes.append(([sorted(status[t] for t in group) for group in CLUSTERS.values()],
                              [status[t] for t in LOOKALIKES]))
@@ -277,15 +272,15 @@ def test_expiry_and_purge_follow_the_clock(make_service: Any, clock: Clock) -> N
     soon = service.add("acme", {"user_id": "alice", "content": "Meeting with Bob on Friday",
                                 "expires_at": (clock() + timedelta(days=2)).isoformat()})
     keep = service.add("acme", {"user_id": "alice", "content": "I live in Lisbon"})
-    assert _run(service, clock)["expired"] == 0
+    assert consolidate(service, clock)["expired"] == 0
     clock.advance(days=3)
-    report = _run(service, clock)
-    assert report["expired"] == 1 and _all(service)[soon].status == "expired"
+    report = consolidate(service, clock)
+    assert report["expired"] == 1 and memories_of(service)[soon].status == "expired"
     clock.advance(days=26)  # 27 days after expiry: still kept, still reversible
-    assert _run(service, clock)["purged"] == 0 and soon in _all(service)
+    assert consolidate(service, clock)["purged"] == 0 and soon in memories_of(service)
     clock.advance(days=4)
-    assert _run(service, clock)["purged"] == 1
-    rows = _all(service)
+    assert consolidate(service, clock)["purged"] == 1
+    rows = memories_of(service)
     assert soon not in rows and rows[keep].status == "active"
     assert [e.action for e in service.history(U, soon)] == ["created", "expired", "deleted"]
 
@@ -294,10 +289,10 @@ def test_superseded_memories_are_purged_after_retention(make_service: Any, clock
     service = make_service(clock=clock, consolidation_retention_days=10)
     a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
     b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max"})
-    _run(service, clock)
+    consolidate(service, clock)
     clock.advance(days=11)
-    assert _run(service, clock)["purged"] == 1
-    assert set(_all(service)) == {a} and b not in _all(service)
+    assert consolidate(service, clock)["purged"] == 1
+    assert set(memories_of(service)) == {a} and b not in memories_of(service)
 
 
 def test_decay_applies_once_per_period(make_service: Any, clock: Clock) -> None:
@@ -306,17 +301,17 @@ def test_decay_applies_once_per_period(make_service: Any, clock: Clock) -> None:
     idle = service.add("acme", {"user_id": "alice", "content": "I once visited Porto", "importance": 0.8})
     used = service.add("acme", {"user_id": "alice", "content": "I work on the billing service", "importance": 0.8})
     clock.advance(days=100)
-    service.store.record_access("acme", {"alice": {used: 1}}, clock())  # logged: the run folds it in first
-    assert _run(service, clock)["decayed"] == 1
-    assert _all(service)[idle].importance == pytest.approx(0.4) and _all(service)[used].importance == pytest.approx(0.8)
-    assert _run(service, clock)["decayed"] == 0  # same period: no second decay
+    service.store.record_access(OrgScope("acme"), {"alice": {used: 1}}, clock())  # logged: the run folds it in first
+    assert consolidate(service, clock)["decayed"] == 1
+    assert memories_of(service)[idle].importance == pytest.approx(0.4) and memories_of(service)[used].importance == pytest.approx(0.8)
+    assert consolidate(service, clock)["decayed"] == 0  # same period: no second decay
     clock.advance(days=31)
-    assert _run(service, clock)["decayed"] == 1
-    assert _all(service)[idle].importance == pytest.approx(0.2)
+    assert consolidate(service, clock)["decayed"] == 1
+    assert memories_of(service)[idle].importance == pytest.approx(0.2)
 
 
 def test_a_killed_run_resumes(service: MemoryService, clock: Clock) -> None:
-    ids = _plant(service)
+    ids = plant(service)
     records, vectors = service.store.user_memories(U)
     plan = plan_user(U, records, vectors, clock(), service.settings)
     assert len(plan.clusters) == 4
@@ -329,38 +324,38 @@ def test_a_killed_run_resumes(service: MemoryService, clock: Clock) -> None:
     second = plan_user(U, *service.store.user_memories(U), clock(), service.settings).clusters
     second = [c for c in second if c.canonical.id != first.canonical.id][0]
     service.store.replace_memories(U, [merge_records(second.canonical, second.others, clock())])
-    report = _run(service, clock)
+    report = consolidate(service, clock)
     assert report["clusters"] == 3
-    rows = _all(service)
+    rows = memories_of(service)
     for group in CLUSTERS.values():
         members = [rows[ids[t]] for t in group]
         assert sum(m.status == "active" for m in members) == 1
         survivor = next(m for m in members if m.status == "active")
         # Never lost: every source of every restatement is on the surviving memory.
         assert {s for m in members for s in m.source_ids} <= set(survivor.source_ids)
-    assert _run(service, clock)["clusters"] == 0
+    assert consolidate(service, clock)["clusters"] == 0
 
 
 def test_the_lease_blocks_a_second_run_and_expires(service: MemoryService, clock: Clock) -> None:
-    _plant(service)
-    ttl = timedelta(seconds=service.settings.consolidation_lease_seconds)
-    assert service.store.acquire_lease(LEASE, "killed-run", ttl, clock())
+    plant(service)
+    ttl = timedelta(seconds=service.settings.consolidation.lease_seconds)
+    assert maintenance_of(service.store).leases.acquire(LEASE, "killed-run", ttl, clock())
     with pytest.raises(ConflictError) as err:
-        _run(service, clock)
+        consolidate(service, clock)
     assert err.value.code == "consolidation_running"
-    assert _all(service) and all(r.status == "active" for r in _all(service).values())
+    assert memories_of(service) and all(r.status == "active" for r in memories_of(service).values())
     clock.advance(seconds=ttl.total_seconds() + 1)  # the killed run never renewed: its lease expires
-    assert _run(service, clock)["clusters"] == 4
-    assert service.store.lease_holder(LEASE, clock()) is None  # released at the end
+    assert consolidate(service, clock)["clusters"] == 4
+    assert maintenance_of(service.store).leases.holder(LEASE, clock()) is None  # released at the end
 
 
 def test_two_runs_at_once_one_wins(service: MemoryService, clock: Clock) -> None:
-    _plant(service)
+    plant(service)
     results: list[Any] = []
 
     def run() -> None:
         try:
-            results.append(_run(service, clock)["clusters"])
+            results.append(consolidate(service, clock)["clusters"])
         except ConflictError as exc:
             results.append(exc.code)
 
@@ -374,155 +369,29 @@ def test_two_runs_at_once_one_wins(service: MemoryService, clock: Clock) -> None
 
 
 def test_dry_run_shows_clusters_and_changes_nothing(service: MemoryService, clock: Clock) -> None:
-    ids = _plant(service)
-    before = {i: r.model_dump() for i, r in _all(service).items()}
+    ids = plant(service)
+    before = {i: r.model_dump() for i, r in memories_of(service).items()}
     out = io.StringIO()
     with redirect_stdout(out):
-        code = main(["consolidate", "--dry-run", "--engine", "local", "--storage-uri", service.settings.storage_uri])
+        code = main(["consolidate", "--dry-run", "--engine", "local", "--storage-uri", service.settings.storage.uri])
     assert code == 0
     report = json.loads(out.getvalue())
     assert report["dry_run"] and report["clusters"] == 4
     shown = {frozenset([c["canonical"]["id"], *(m["id"] for m in c["merged"])]) for c in report["cluster_detail"]}
     assert shown == {frozenset(ids[t] for t in group) for group in CLUSTERS.values()}
-    assert {i: r.model_dump() for i, r in _all(service).items()} == before
+    assert {i: r.model_dump() for i, r in memories_of(service).items()} == before
 
 
 def test_ray_data_job_submitted_to_the_cluster(service: MemoryService, clock: Clock, ray_session: None) -> None:
     import ray
 
-    ids = _plant(service)
+    ids = plant(service)
     service.add_many("acme", [{"user_id": "bob", "content": t} for t in CLUSTERS["dog"]])
     run = submit_consolidation(service.settings)  # what the Serve app's scheduler calls
     report = ray.get(run.result, timeout=300)
     assert report["run_id"] == run.run_id and report["engine"] == "ray-data" and report["users"] == 2
     assert report["clusters"] == 5 and report["memories_merged"] == 7 and report["errors"] == []
     assert report["fragments"]["after"] <= report["fragments"]["before"]
-    assert _all(service)[ids["I like Python"]].status == "active"
-    job = service.store.get_job("__system__", job_id(run.run_id))
+    assert memories_of(service)[ids["I like Python"]].status == "active"
+    job = service.store.get_job(OrgScope("__system__"), job_id(run.run_id))
     assert job is not None and job["state"] == "succeeded" and job["report"]["clusters"] == 5
-
-
-def _llm_settings(llm: ScriptedLLM) -> dict[str, Any]:
-    return {"llm_base_url": llm.base_url, "llm_model": "tiny", "llm_api_key": "k", "llm_backoff_s": 0.0,
-            "llm_max_retries": 0}
-
-
-def test_llm_summary_becomes_the_merged_content(make_service: Any, clock: Clock) -> None:
-    with scripted_llm() as llm:
-        llm.respond = lambda body: "The user's dog is named Max."
-        service = make_service(clock=clock, **_llm_settings(llm))
-        a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
-        service.add("acme", {"user_id": "alice", "content": "My dog is named Max"})
-        assert _run(service, clock)["clusters"] == 1
-    survivor = _all(service)[a]
-    assert survivor.content == "The user's dog is named Max." and survivor.status == "active"
-    assert [r["body"]["messages"][0]["content"] for r in llm.requests] == [SUMMARY_PROMPT]  # no near miss to judge
-    assert "My dog is called Max" in llm.requests[0]["body"]["messages"][1]["content"]
-    hits = service.recall("acme", {"user_id": "alice", "query": "dog named Max"}).memories
-    assert [h.id for h in hits] == [a]
-
-
-# The facts the loopback judge knows: it answers "same" for a pair whose texts share a fact here.
-FACTS = {"我最喜欢吃川菜": "sichuan", "川菜是我最喜欢的菜": "sichuan", "我最喜欢吃粤菜": "canton",
-         "The user was born in June": "june", "The user's birthday is in June": "june"}
-
-
-def _judge_reply(body: dict[str, Any]) -> str:
-    """An OpenAI-compatible judge on loopback: SUMMARY_PROMPT gets the first note, pairs a verdict."""
-    system, user = (m["content"] for m in body["messages"])
-    if system == SUMMARY_PROMPT:
-        return user.splitlines()[0].removeprefix("- ")
-    pairs = json.loads(user)["pairs"]
-    same = [p["pair"] for p in pairs if FACTS.get(p["a"], p["a"]) == FACTS.get(p["b"], p["b"])]
-    return json.dumps({"same": same})
-
-
-def test_an_llm_judges_the_near_misses_the_rules_refuse(make_service: Any, clock: Clock) -> None:
-    texts = [*FACTS, "我爸最喜欢吃川菜", "The user's daughter was born in June"]
-    with scripted_llm() as llm:
-        llm.respond = _judge_reply
-        service = make_service(clock=clock, **_llm_settings(llm))
-        ids = dict(zip(texts, service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts]).ids,
-                       strict=True))
-        plan = _run(service, clock, dry_run=True)
-        assert plan["clusters"] == 2 and not _all(service)[ids["我最喜欢吃川菜"]].superseded_by
-        report = _run(service, clock)
-        judged = [r for r in llm.requests if r["body"]["messages"][0]["content"] == JUDGE_PROMPT]
-        second = _run(service, clock)
-    assert report["clusters"] == 2 and report["memories_merged"] == 2 and report["errors"] == []
-    assert report["judged"]["confirmed"] == 2 and report["judged"]["asked"] >= 3
-    rows = _all(service)
-    for a, b in (("我最喜欢吃川菜", "川菜是我最喜欢的菜"), ("The user was born in June", "The user's birthday is in June")):
-        assert sorted(rows[ids[t]].status for t in (a, b)) == ["active", "superseded"]
-    for text in ("我最喜欢吃粤菜", "我爸最喜欢吃川菜", "The user's daughter was born in June"):
-        assert rows[ids[text]].status == "active", text
-    # The guards hold before the judge: another person's fact is never put to it.
-    asked = [p for r in judged for p in json.loads(r["body"]["messages"][1]["content"])["pairs"]]
-    assert asked and not any("我爸" in p["a"] + p["b"] or "daughter" in p["a"] + p["b"] for p in asked)
-    assert judged[0]["body"]["response_format"]["json_schema"]["name"] == "same_facts"
-    # The verdicts are remembered: the second run asks nothing and changes nothing.
-    assert second["clusters"] == 0 and second["judged"]["asked"] == 0 and second["judged"]["remembered"] >= 1
-    assert len(judged) == 2  # the dry run's request and the run's: the dry run kept no verdict
-    # Erasing the user erases its verdicts with the rest.
-    assert service.store.erase_user("acme", "alice")["verdicts"] == report["judged"]["asked"]
-
-
-def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock: Clock) -> None:
-    texts = ["我最喜欢吃川菜", "川菜是我最喜欢的菜", "My dog is called Max", "My dog is named Max"]
-    with scripted_llm() as llm:
-        # The judge answers prose, then a pair that was not asked about, then JSON without its
-        # field, then a verdict (no pair is the same); summaries work.
-        verdicts = iter(["They look the same to me.", json.dumps({"same": [7]}), "{}", json.dumps({"same": []})])
-        llm.respond = lambda body: next(verdicts) if body["messages"][0]["content"] == JUDGE_PROMPT else _judge_reply(body)
-        service = make_service(clock=clock, **_llm_settings(llm))
-        service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts])
-        runs = [_run(service, clock) for _ in range(5)]
-    assert runs[0]["clusters"] == 1 and runs[0]["errors"] == []
-    # No verdict is kept until one is usable; the next run asks again. Then it is remembered.
-    assert [r["judged"]["asked"] for r in runs] == [1, 1, 1, 1, 0]
-    assert [r["judged"]["remembered"] for r in runs] == [0, 0, 0, 0, 1]
-    assert [r["clusters"] for r in runs[1:]] == [0, 0, 0, 0]
-
-
-def test_verdicts_are_not_kept_for_a_user_erased_during_the_run(service: MemoryService, clock: Clock) -> None:
-    service.add_many("acme", [{"user_id": "alice", "content": t} for t in ("我最喜欢吃川菜", "川菜是我最喜欢的菜")])
-    judge = RememberedJudge(lambda pairs: {0}, service.store, U, clock(), budget=10)
-    assert judge([("我最喜欢吃川菜", "川菜是我最喜欢的菜")]) == {0}
-    service.store.erase_user("acme", "alice")  # between the question and the end of the user's plan
-    judge.keep()
-    assert service.store.verdicts(U, [judge.pair_id("我最喜欢吃川菜", "川菜是我最喜欢的菜")]) == {}
-    assert service.store.table("verdicts").count_rows() == 0
-
-
-def test_the_judge_budget_carries_over_to_the_next_run(make_service: Any, clock: Clock) -> None:
-    with scripted_llm() as llm:
-        llm.respond = _judge_reply
-        service = make_service(clock=clock, consolidation_judge_max_pairs=1, **_llm_settings(llm))
-        service.add_many("acme", [{"user_id": "alice", "content": t} for t in FACTS])
-        runs = [_run(service, clock) for _ in range(4)]
-    # One question a run: the near misses left over wait for the next run, and merges follow.
-    assert [r["judged"]["asked"] for r in runs][:2] == [1, 1] and runs[0]["judged"]["unasked"] >= 1
-    assert sum(r["clusters"] for r in runs) == 2 and runs[-1]["clusters"] == 0
-    assert runs[-1]["judged"]["asked"] == 0 and runs[-1]["judged"]["unasked"] == 0
-
-
-    off = make_service(clock=clock, consolidation_llm_judge=False, **_llm_settings(llm))
-    assert "judged" not in _run(off, clock, user_id="alice", org_id="acme")
-
-
-def test_schedule_daily_interval_and_off(settings: Any, clock: Clock) -> None:
-    submitted: list[Any] = []
-    daily = ConsolidationSchedule(settings.model_copy(update={"consolidation_daily_at": "03:00"}), clock,
-                                  submit=submitted.append)
-    assert daily.next_run == clock().replace(hour=3, minute=0) + timedelta(days=1)
-    assert daily.run_due(clock()) is None
-    clock.advance(hours=15)
-    daily.run_due(clock())
-    assert len(submitted) == 1 and daily.next_run == clock().replace(hour=3) + timedelta(days=1)
-    every = ConsolidationSchedule(settings.model_copy(update={"consolidation_interval_minutes": 30}), clock,
-                                  submit=submitted.append)
-    assert every.next_run == clock() + timedelta(minutes=30)
-    off = ConsolidationSchedule(settings.model_copy(update={"consolidation_schedule_enabled": False}), clock,
-                                submit=submitted.append)
-    clock.advance(days=2)
-    assert off.next_run is None and off.run_due(clock()) is None and len(submitted) == 1

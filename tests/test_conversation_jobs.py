@@ -10,9 +10,23 @@ from typing import Any
 import pytest
 
 from agent_memory.errors import ConflictError, UnavailableError
-from agent_memory.models import Scope
+from agent_memory.job_record import JobRecord
+from agent_memory.models import OrgScope, Scope
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
+from jobs.conversations import (
+    KIND,
+    NAMESPACE,
+    conversation_job_id,
+    resume_pending_jobs,
+    retry_job,
+    scheduler,
+    scheduler_name,
+    submit_conversation,
+    wait_for_job,
+)
+from storage import LanceStore, open_store
+from storage.connect import maintenance_of
 from tests.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
 
 ORG = "acme"
@@ -26,15 +40,13 @@ def llm() -> Iterator[ScriptedLLM]:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, ray_session: None, embedder: Any, llm: ScriptedLLM) -> Iterator[tuple[Settings, MemoryService]]:
-    from storage import LanceStore
-
     path = tmp_path_factory.mktemp("jobs") / "lancedb"
     settings = Settings(
         storage_uri=str(path), _env_file=None, conversation_queue_size=2, extraction_job_attempts=2,  # type: ignore[call-arg]
         extraction_retry_backoff_s=0.05, extraction_worker_cpus=0.25, llm_base_url=llm.base_url, llm_model="scripted",
         llm_max_retries=0, llm_requests_per_minute=0, conversation_mode="rules",
     )
-    store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+    store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
     service = MemoryService(store, embedder, settings, defer_access=False)
     yield settings, service
     service.close()
@@ -44,8 +56,6 @@ def env(tmp_path_factory: pytest.TempPathFactory, ray_session: None, embedder: A
 def _release_extraction_actors() -> None:
     """Detached schedulers and workers outlive a test; free their CPUs for the modules after this one."""
     import ray
-
-    from jobs.conversations import NAMESPACE
 
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["namespace"] == NAMESPACE:
@@ -64,8 +74,6 @@ def _conversation(service: MemoryService, user: str, session: str, *texts: str) 
 
 
 def test_jobs_of_one_user_run_in_order_and_a_full_queue_refuses(env: tuple[Settings, MemoryService]) -> None:
-    from jobs.conversations import submit_conversation, wait_for_job
-
     settings, service = env
     first = _conversation(service, "u1", "s1", "I do all my coding in VS Code.")
     second = _conversation(service, "u1", "s2", "Actually I switched from VS Code to Neovim last month.")
@@ -90,15 +98,13 @@ def test_jobs_of_one_user_run_in_order_and_a_full_queue_refuses(env: tuple[Setti
 
 
 def test_failed_job_is_retried_then_fails_and_can_be_retried_by_hand(env: tuple[Settings, MemoryService], llm: ScriptedLLM) -> None:
-    from jobs.conversations import retry_job, submit_conversation, wait_for_job
-
     settings, service = env
     records = _conversation(service, "u2", "s1", "我最喜欢喝乌龙茶")
     llm.script(Reply("down", status=500), Reply("still down", status=500))
     job_id = submit_conversation(settings, ORG, "u2", "s1", records, "llm")
     job = wait_for_job(settings, ORG, job_id)
     assert job["state"] == "failed" and "llm_unavailable" in job["error"] and job["report"]["attempts"] == 2
-    assert service.store.table("messages").count_rows("user_id = 'u2'") == 1
+    assert maintenance_of(service.store).table("messages").count_rows("user_id = 'u2'") == 1
     with pytest.raises(ConflictError):
         retry_job(settings, ORG, _succeeded_job(settings))
     llm.script(memories_reply({"content": "用户最喜欢喝乌龙茶", "memory_type": "semantic", "importance": 0.6, "confidence": 0.9}))
@@ -109,39 +115,33 @@ def test_failed_job_is_retried_then_fails_and_can_be_retried_by_hand(env: tuple[
 
 
 def _succeeded_job(settings: Settings) -> str:
-    from jobs.conversations import KIND
-    from storage import open_store
-
     store = open_store(settings, embedding_model=None, embedding_dim=None)
-    rows = store.table("jobs").search().where(f"kind = '{KIND}' AND state = 'succeeded'").limit(1).to_arrow().to_pylist()
+    rows = maintenance_of(store).table("jobs").search().where(f"kind = '{KIND}' AND state = 'succeeded'").limit(1).to_arrow().to_pylist()
     return rows[0]["id"]
 
 
 def test_jobs_left_by_a_dead_scheduler_are_resumed(env: tuple[Settings, MemoryService]) -> None:
     import ray
 
-    from agent_memory.models import utcnow
-    from jobs.conversations import (
-        conversation_job_id,
-        resume_pending_jobs,
-        scheduler,
-        scheduler_name,
-        wait_for_job,
-    )
-
     settings, service = env
     records = _conversation(service, "u3", "s1", "I live in Denver.")
     # A replica accepted the job (row written, queued) and died before running it.
     job_id = conversation_job_id(ORG, "u3", "s1", ["s1:m1"], "rules")
-    now = utcnow()
-    service.store.put_job(ORG, {
-        "id": job_id, "org_id": ORG, "user_id": "u3", "kind": "conversation", "state": "running", "progress": 0.0,
-        "created_at": now, "updated_at": now, "error": None,
-        "report": {"user_id": "u3", "session_id": "s1", "mode": "rules", "message_ids": [r.message_id for r in records], "attempts": 1},
+    job = JobRecord.new(job_id, ORG, KIND, user_id="u3", state="running", report={
+        "user_id": "u3", "session_id": "s1", "mode": "rules", "message_ids": [r.message_id for r in records], "attempts": 1,
     })
+    service.store.put_job(OrgScope(ORG), job.as_row())
     ray.kill(ray.get_actor(scheduler_name(settings), namespace="agent-memory"), no_restart=True)
     assert job_id in resume_pending_jobs(settings)
     job = wait_for_job(settings, ORG, job_id)
     assert job["state"] == "succeeded" and len(job["report"]["created"]) == 1
     assert ray.get(scheduler(settings).size.remote()) == 0
     assert [m.content for m in service.list(Scope.user(ORG, "u3")).records] == ["I live in Denver."]
+
+
+def test_a_job_record_round_trips_through_the_jobs_table(service: MemoryService) -> None:
+    job = JobRecord.new("job-1", ORG, KIND, user_id="u9", report={"mode": "rules", "message_ids": ["m1"], "attempts": 0})
+    service.store.put_job(OrgScope(ORG), job.as_row())
+    row = service.store.get_job(OrgScope(ORG), "job-1")
+    assert row == job.as_row() and JobRecord.from_row(row) == job
+    assert service.store.get_job(OrgScope("globex"), "job-1") is None

@@ -18,6 +18,7 @@ from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from storage import LanceStore
+from storage.connect import maintenance_of
 from tests.openai_embeddings_server import DIM, EmbeddingsServer
 
 
@@ -95,15 +96,15 @@ def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransfor
     assert remade != int8_graph and not list(cache.glob("*.partial"))
 
     # A model whose int8 copy drifts too far runs its queries on the exact graph, not on torch.
-    monkeypatch.setattr("agent_memory.embedding.INT8_MIN_COSINE", 1.01)
+    monkeypatch.setattr("agent_memory.embedding.onnx.INT8_MIN_COSINE", 1.01)
     refused = SentenceTransformerEmbedder(precision="int8")
     assert (refused.backend, refused.precision) == ("onnx", "fp32")
     assert np.abs(refused.embed_batch(queries) - exact).max() < 1e-5
 
     # One thread by default for int8 queries (two for exact ones), unless set.
-    assert Settings(_env_file=None, query_embedding_precision="int8").query_threads == 1
-    assert Settings(_env_file=None).query_threads == 2
-    assert Settings(_env_file=None, query_embedding_precision="int8", query_embedding_threads=3).query_threads == 3
+    assert Settings(_env_file=None, query_embedding_precision="int8").embedding.query_model_threads == 1
+    assert Settings(_env_file=None).embedding.query_model_threads == 2
+    assert Settings(_env_file=None, query_embedding_precision="int8", query_embedding_threads=3).embedding.query_model_threads == 3
     with pytest.raises(ValueError, match="embedding_backend must be auto or onnx"):
         Settings(_env_file=None, query_embedding_precision="int8", embedding_backend="torch")
     with pytest.raises(InvalidInputError, match="fp32 or int8"):
@@ -135,7 +136,7 @@ def test_recall_degrades_to_keywords_when_the_embedder_is_down(openai_server: Em
     settings = Settings(storage_uri=str(tmp_path / "db"), embedding_model="openai:test-embed",  # type: ignore[call-arg]
                         embedding_base_url=openai_server.url, _env_file=None)
     embedder = build_embedder(settings)
-    store = LanceStore(settings.storage_uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+    store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
     service = MemoryService(store, embedder, settings, defer_access=False)
     service.add("acme", {"user_id": "u1", "content": "Refunds need two approvals"})
     service.add("acme", {"user_id": "u1", "content": "Lunch is at noon"})
@@ -147,7 +148,7 @@ def test_recall_degrades_to_keywords_when_the_embedder_is_down(openai_server: Em
     assert degraded.memories[0].scores.semantic == 0.0
     with pytest.raises(UnavailableError):
         service.add("acme", {"user_id": "u1", "content": "never half-stored"})
-    assert store.table("memories").count_rows() == 2  # the failed write left nothing behind
+    assert maintenance_of(store).table("memories").count_rows() == 2  # the failed write left nothing behind
     service.close()
 
 

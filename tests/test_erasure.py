@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from agent_memory.models import Scope
+from agent_memory.models import OrgScope, Scope
 from agent_memory.service import MemoryService
+from storage.connect import maintenance_of
 from storage.schema import TABLES
 
 CANARY = "zebracanary7731"
@@ -15,8 +16,8 @@ def _versions_holding(service: MemoryService, needle: str) -> list[tuple[str, in
     """Every (table, version) in which any string cell contains `needle`, reading each version in full."""
     found = []
     for name in TABLES:
-        table = service.store.table(name)
-        for version in service.store.versions(name):
+        table = maintenance_of(service.store).table(name)
+        for version in maintenance_of(service.store).versions(name):
             table.checkout(version)
             data: pa.Table = table.to_arrow()
             for column in data.column_names:
@@ -36,7 +37,7 @@ def test_erase_user_leaves_nothing_in_any_version(service: MemoryService) -> Non
     service.update(Scope.user("acme", victim), memory_id, {"content": f"edited to {CANARY}"})
     records = service.message_records("acme", victim, "s1", [{"role": "user", "content": f"log {CANARY}"}])
     service.log_messages("acme", records)
-    service.store.put_job("acme", {"id": "job-1", "org_id": "acme", "user_id": victim, "kind": "import",
+    service.store.put_job(OrgScope("acme"), {"id": "job-1", "org_id": "acme", "user_id": victim, "kind": "import",
                                    "state": "succeeded", "created_at": service.clock(),
                                    "updated_at": service.clock(), "report": {"sample": CANARY}})
     keep = service.add("acme", {"user_id": bystander, "content": "bob likes chess"})
@@ -52,14 +53,14 @@ def test_erase_user_leaves_nothing_in_any_version(service: MemoryService) -> Non
     assert service.store.pending_access(Scope.user("acme", victim)) == {}
     assert _versions_holding(service, CANARY) == []
     # The full-text index was rebuilt without the user: no version's index can find the canary.
-    memories = service.store.table("memories")
-    for version in service.store.versions("memories"):
+    memories = maintenance_of(service.store).table("memories")
+    for version in maintenance_of(service.store).versions("memories"):
         memories.checkout(version)
         assert memories.search(CANARY.lower(), query_type="fts", fts_columns="keywords").to_list() == []
     memories.checkout_latest()
     # Bystanders are intact; one content-free event records the erasure.
     assert service.get(Scope.user("acme", bystander), keep).content == "bob likes chess"
-    events = service.store.table("events").to_arrow().to_pylist()
+    events = maintenance_of(service.store).table("events").to_arrow().to_pylist()
     erased = [e for e in events if e["action"] == "erased"]
     assert len(erased) == 1 and erased[0]["user_id"] == victim and CANARY not in str(erased[0])
     assert service.recall("acme", {"user_id": victim, "query": CANARY}).memories == []

@@ -11,6 +11,7 @@ from agent_memory.extraction import extract_and_store
 from agent_memory.models import Scope
 from agent_memory.rules import RulesExtractor
 from agent_memory.service import MemoryService
+from storage.connect import maintenance_of
 from tests.conftest import Clock
 
 U = Scope.user("acme", "u1")
@@ -58,8 +59,8 @@ def test_chit_chat_stores_nothing(service: MemoryService) -> None:
     records = _log(service, [("user", "今天天气不错"), ("assistant", "是啊！"), ("user", "Hello again 👋"), ("user", "haha thanks!")])
     result = extract_and_store(service, "acme", records, "rules", actor="test")
     assert result.candidates == 0 and result.created == []
-    assert service.store.table("memories").count_rows() == 0
-    assert service.store.table("messages").count_rows() == 4  # the log keeps everything
+    assert maintenance_of(service.store).table("memories").count_rows() == 0
+    assert maintenance_of(service.store).table("messages").count_rows() == 4  # the log keeps everything
 
 
 def test_restatement_reinforces_and_rerun_adds_nothing(service: MemoryService, clock: Clock) -> None:
@@ -75,12 +76,12 @@ def test_restatement_reinforces_and_rerun_adds_nothing(service: MemoryService, c
     assert memory.source_ids == ["s1:m1", "s2:m1"]
     assert [e.action for e in service.history(U, memory_id)] == ["created", "reinforced"]
     # Running extraction over the same messages again changes nothing and records nothing.
-    events = service.store.table("events").count_rows()
+    events = maintenance_of(service.store).table("events").count_rows()
     for records in (first, again):
         rerun = extract_and_store(service, "acme", records, "rules", actor="test")
         assert rerun.created == [] and rerun.reinforced == [] and rerun.superseded == []
-    assert service.store.table("memories").count_rows() == 1
-    assert service.store.table("events").count_rows() == events
+    assert maintenance_of(service.store).table("memories").count_rows() == 1
+    assert maintenance_of(service.store).table("events").count_rows() == events
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,7 @@ def test_contradiction_within_one_conversation_keeps_the_later_fact(service: Mem
     result = extract_and_store(service, "acme", records, "rules", actor="test")
     assert len(result.created) == 2 and len(result.superseded) == 1
     assert _active(service) == ["No wait, my favourite drink is cold brew."]
-    assert service.store.table("memories").count_rows() == 2  # the older statement stays in history
+    assert maintenance_of(service.store).table("memories").count_rows() == 2  # the older statement stays in history
 
 
 def test_unrelated_facts_do_not_interfere(service: MemoryService) -> None:
@@ -138,7 +139,7 @@ def test_raw_mode_stores_every_turn_once(service: MemoryService) -> None:
     result = extract_and_store(service, "acme", records, "raw", actor="test")
     assert len(result.created) == 2
     assert extract_and_store(service, "acme", records, "raw", actor="test").created == []
-    assert service.store.table("memories").count_rows() == 2
+    assert maintenance_of(service.store).table("memories").count_rows() == 2
 
 
 def test_bad_mode_and_missing_llm_are_typed_errors(service: MemoryService) -> None:
@@ -149,7 +150,7 @@ def test_bad_mode_and_missing_llm_are_typed_errors(service: MemoryService) -> No
         extract_and_store(service, "acme", records, "llm", actor="test")
     with pytest.raises(InvalidInputError, match="org"):
         extract_and_store(service, "globex", records, "rules", actor="test")
-    assert service.store.table("memories").count_rows() == 0
+    assert maintenance_of(service.store).table("memories").count_rows() == 0
 
 
 def test_low_confidence_candidates_are_not_stored(make_service: Any, clock: Clock) -> None:
@@ -157,4 +158,4 @@ def test_low_confidence_candidates_are_not_stored(make_service: Any, clock: Cloc
     records = _log(service, [("user", "I prefer tea over coffee.")])
     result = extract_and_store(service, "acme", records, "rules", actor="test")
     assert result.below_confidence == 1 and result.created == []
-    assert service.store.table("memories").count_rows() == 0
+    assert maintenance_of(service.store).table("memories").count_rows() == 0

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_memory.history import import_history
-from agent_memory.models import Scope
+from agent_memory.models import OrgScope, Scope
 from agent_memory.service import MemoryService
 from cli.main import main
+from jobs.conversations import conversation_job_id
+from jobs.importer import import_into
 from tests.conftest import ROOT
 
 USERS = {"u03", "u06", "u21", "u24"}  # English and Chinese users whose preference flips
@@ -19,7 +20,7 @@ def test_flipped_preference_recalls_the_newer_fact(service: MemoryService, tmp_p
     rows = [json.loads(line) for line in (ROOT / "examples" / "sample_history.jsonl").open(encoding="utf-8")]
     subset = tmp_path / "history.jsonl"
     subset.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows if r["user_id"] in USERS), encoding="utf-8")
-    report = import_history(service, subset, mode="rules")
+    report = import_into(service, subset, mode="rules")
     assert report.messages_logged == sum(r["user_id"] in USERS for r in rows) and report.memories_written > 5
     by_id = {r["message_id"]: r for r in rows}
     questions = [json.loads(line) for line in (ROOT / "examples" / "sample_questions.jsonl").open(encoding="utf-8")]
@@ -39,18 +40,16 @@ def test_flipped_preference_recalls_the_newer_fact(service: MemoryService, tmp_p
 
 
 def test_cli_jobs_show_and_retry(service: MemoryService, tmp_path: Path, capsys: Any) -> None:
-    from jobs.conversations import conversation_job_id
-
     records = service.message_records("acme", "u1", "s1", [{"role": "user", "content": "I live in Denver.", "message_id": "m1"}])
     service.log_messages("acme", records)
     job_id = conversation_job_id("acme", "u1", "s1", ["m1"], "rules")
     now = service.clock()
-    service.store.put_job("acme", {
+    service.store.put_job(OrgScope("acme"), {
         "id": job_id, "org_id": "acme", "user_id": "u1", "kind": "conversation", "state": "failed", "progress": 0.0,
         "created_at": now, "updated_at": now, "error": "llm_unavailable: down",
         "report": {"user_id": "u1", "session_id": "s1", "mode": "rules", "message_ids": ["m1"], "attempts": 3},
     })
-    uri = service.settings.storage_uri
+    uri = service.settings.storage.uri
     assert main(["jobs", "show", job_id, "--org-id", "acme", "--storage-uri", uri]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "failed"
     assert main(["jobs", "retry", job_id, "--org-id", "acme", "--storage-uri", uri]) == 0

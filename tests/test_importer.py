@@ -1,4 +1,5 @@
-"""The bulk import job: formats, rejects, redaction, exactly-once re-runs and kills, both engines."""
+"""The bulk import job: formats, rejects, redaction, exactly-once re-runs and kills, both engines,
+and the same pipeline into an open service (`import_into`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_memory.errors import InvalidInputError
+from agent_memory.models import OrgScope
+from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
-from jobs.importer import ImportOptions, dry_run, run_import, submit_import
+from jobs.importer import ImportOptions, dry_run, import_into, run_import, submit_import
 from jobs.runtime import EmbedMemories, actor_model_batch
-from storage import LanceStore
+from storage import LanceStore, open_store
+from storage.connect import maintenance_of
 from tests.conftest import ROOT
 
 SAMPLE = ROOT / "examples" / "sample_history.jsonl"
@@ -46,8 +51,8 @@ def _options(tmp_path: Path, path: Path, **kw: Any) -> ImportOptions:
 
 
 def _tables(settings: Settings) -> dict[str, list[dict[str, Any]]]:
-    store = LanceStore(settings.storage_uri, embedding_model=None, embedding_dim=None)
-    return {name: store.table(name).to_arrow().to_pylist() for name in ("memories", "messages", "events")}
+    store = LanceStore(settings.storage.uri, embedding_model=None, embedding_dim=None)
+    return {name: maintenance_of(store).table(name).to_arrow().to_pylist() for name in ("memories", "messages", "events")}
 
 
 def _ids(settings: Settings) -> dict[str, set[str]]:
@@ -197,7 +202,7 @@ def test_dry_run_shows_every_stage_and_writes_nothing(tmp_path: Path) -> None:
     stored = [r for r in out["rows"] if "memory" in r]
     assert len(stored) == 6 and all(r["vector"]["dim"] == 384 for r in stored)
     assert all(abs(r["vector"]["norm"] - 1.0) < 1e-3 for r in stored)
-    assert not Path(settings.storage_uri).exists()
+    assert not Path(settings.storage.uri).exists()
     big = _sample(tmp_path / "big.jsonl", 250)
     assert len(dry_run(settings, _options(tmp_path, big))["rows"]) == 100
 
@@ -211,7 +216,7 @@ def test_unknown_mode_and_format_are_clear_errors_and_write_nothing(tmp_path: Pa
         run_import(settings, _options(tmp_path, tmp_path / "h.txt", engine="local"))
     with pytest.raises(InvalidInputError, match="no such file"):
         run_import(settings, _options(tmp_path, tmp_path / "absent.jsonl"))
-    assert not Path(settings.storage_uri).exists()
+    assert not Path(settings.storage.uri).exists()
 
 
 def test_ray_pipeline_matches_the_in_process_import(tmp_path: Path, ray_session: None) -> None:
@@ -249,7 +254,7 @@ def test_embedding_actors_batch_small_on_cpu_and_as_configured_on_gpu(tmp_path: 
 
 def _count(settings: Settings, table: str) -> int:
     try:
-        return LanceStore(settings.storage_uri, embedding_model=None, embedding_dim=None).table(table).count_rows()
+        return maintenance_of(LanceStore(settings.storage.uri, embedding_model=None, embedding_dim=None)).table(table).count_rows()
     except Exception:
         return 0
 
@@ -262,7 +267,7 @@ def test_killed_import_rerun_ends_exact(tmp_path: Path, ray_session: None) -> No
     path.write_text("\n".join(SAMPLE.read_text().splitlines()[:total]) + "\n")
     settings = _settings(tmp_path, "killed", import_commit_rows=40, import_embed_batch_rows=40)
     env = dict(os.environ, PYTHONPATH=str(ROOT), AGENT_MEMORY_IMPORT_COMMIT_ROWS="40",
-               AGENT_MEMORY_IMPORT_EMBED_BATCH_ROWS="40", AGENT_MEMORY_STORAGE_URI=settings.storage_uri)
+               AGENT_MEMORY_IMPORT_EMBED_BATCH_ROWS="40", AGENT_MEMORY_STORAGE_URI=settings.storage.uri)
     address = ray.get_runtime_context().gcs_address
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "import", str(path), "--engine", "ray", "--address", address,
@@ -290,24 +295,22 @@ def test_killed_import_rerun_ends_exact(tmp_path: Path, ray_session: None) -> No
 
 
 def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_session: None) -> None:
-    from storage import open_store
-
     settings = _settings(tmp_path)
     store = open_store(settings, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
     path = _sample(tmp_path / "h.jsonl", 50)
     job_id = submit_import(settings, path=str(path), org_id="acme", store=store)
-    assert store.get_job("acme", job_id)["state"] in ("queued", "running")
+    assert store.get_job(OrgScope("acme"), job_id)["state"] in ("queued", "running")
     deadline = time.monotonic() + 180
     job: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        job = store.get_job("acme", job_id) or {}
+        job = store.get_job(OrgScope("acme"), job_id) or {}
         if job.get("state") in ("succeeded", "failed"):
             break
         time.sleep(0.5)
     assert job["state"] == "succeeded", job.get("error")
     assert job["progress"] == 1.0 and job["report"]["memories_written"] == 50
     assert Path(job["report"]["report_path"]).parent == tmp_path / "import-reports"
-    assert store.get_job("other-org", job_id) is None
+    assert store.get_job(OrgScope("other-org"), job_id) is None
 
 
 def test_rules_mode_import_stores_only_extracted_facts(tmp_path: Path) -> None:
@@ -324,8 +327,39 @@ def test_rules_mode_import_stores_only_extracted_facts(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     result = run_import(settings, _options(tmp_path, path, mode="rules", engine="local"))
     assert result.messages == 3
-    store = LanceStore(settings.storage_uri, embedding_model=None, embedding_dim=None)
-    memories = store.table("memories").to_arrow().to_pylist()
+    store = LanceStore(settings.storage.uri, embedding_model=None, embedding_dim=None)
+    memories = maintenance_of(store).table("memories").to_arrow().to_pylist()
+    assert result.memories_written == len(memories) > 0
     contents = " ".join(m["content"] for m in memories)
     assert "Neovim" in contents and "中文" in contents and "weather" not in contents
-    assert store.table("messages").count_rows() == 3
+    assert maintenance_of(store).table("messages").count_rows() == 3
+
+
+def test_import_into_an_open_service_is_the_local_engine_on_its_store(
+    tmp_path: Path, make_service: Callable[..., MemoryService]
+) -> None:
+    path = _bad_file(tmp_path / "bad.jsonl")
+    reference = _settings(tmp_path, "reference")
+    expected = run_import(reference, _options(tmp_path, path, engine="local"))
+    service = make_service()
+    result = import_into(service, path)
+    for key in ("rows_read", "rows_rejected", "messages_logged", "memories_written", "redactions", "rejects_by_reason"):
+        assert getattr(result, key) == getattr(expected, key), key
+    assert result.engine == "local" and result.report_path is None and result.rejects_path is None
+    assert result.duration_s > 0 and result.rows_per_s > 0
+    assert _ids(service.settings) == _ids(reference)
+    again = import_into(service, path)
+    assert (again.messages_logged, again.memories_written, again.memories_skipped) == (0, 0, 6)
+    assert _ids(service.settings) == _ids(reference)
+
+
+def test_import_into_with_force_org_writes_every_row_to_that_org(tmp_path: Path, service: MemoryService) -> None:
+    path = tmp_path / "orgs.jsonl"
+    path.write_text("\n".join(json.dumps({"user_id": "u1", "role": "user", "content": f"turn {i}", "org_id": org,
+                                          "message_id": f"m{i}"}) for i, org in enumerate(["acme", "evil", "acme"])))
+    result = import_into(service, path, org_id="default", force_org=True)
+    assert (result.rows_rejected, result.messages_logged, result.memories_written) == (0, 3, 3)
+    tables = _tables(service.settings)
+    assert {r["org_id"] for r in tables["messages"]} == {r["org_id"] for r in tables["memories"]} == {"default"}
+    with pytest.raises(InvalidInputError, match="mode"):
+        import_into(service, path, mode="psychic")  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from agent_memory.extraction import extract_and_store
 from agent_memory.llm import LLMClient, LLMExtractor, RateLimiter
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
+from storage.connect import maintenance_of
 from tests.conftest import Clock
 from tests.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
 
@@ -80,8 +81,8 @@ def test_output_still_malformed_after_repair_fails_counted_and_keeps_messages(
         extract_and_store(llm_service, "acme", records, "llm", actor="test", extractor=extractor)
     assert info.value.code == "llm_malformed_output"
     assert extractor.client.stats["llm_malformed_output"] == 1 and extractor.client.stats["repairs"] == 1
-    assert llm_service.store.table("memories").count_rows() == 0
-    assert llm_service.store.table("messages").count_rows() == 1  # still there for a later retry
+    assert maintenance_of(llm_service.store).table("memories").count_rows() == 0
+    assert maintenance_of(llm_service.store).table("messages").count_rows() == 1  # still there for a later retry
 
 
 def test_429_then_success_is_retried(llm_service: MemoryService, llm: ScriptedLLM) -> None:

@@ -17,6 +17,7 @@ from agent_memory.service import MemoryService
 from agent_memory.store import Candidate, RecallFilter
 from agent_memory.text import keyword_text
 from storage import LanceStore
+from storage.connect import maintenance_of
 from tests.conftest import Clock
 
 FACTS = [
@@ -66,7 +67,7 @@ def test_a_user_over_the_scan_limit_is_recalled_through_the_indexes(
             want = service.recall("acme", {"user_id": "u1", "query": query}).memories
             got = small.recall("acme", {"user_id": "u1", "query": query}).memories
             assert [(h.id, h.score) for h in got] == [(h.id, h.score) for h in want], query
-        assert ("acme", "u1") in small.store._large_scopes
+        assert ("acme", "u1") in small.store.recall.large_scopes
     finally:
         small.close()
 
@@ -85,31 +86,31 @@ def test_clustering_puts_rows_in_user_order_and_changes_no_answer(service: Memor
         return [[(h.id, h.score) for h in service.recall(org, {"user_id": u, "query": q}).memories]
                 for org, u, q in asked]
 
-    before, rows_before = answers(), store.table("memories").count_rows()
-    report = store.optimize(cluster=True)["memories"]
+    before, rows_before = answers(), maintenance_of(store).table("memories").count_rows()
+    report = maintenance_of(store).optimize(cluster=True)["memories"]
     assert report["clustered"]["fragments"] >= 1 and report["clustered"]["rows"] == rows_before
-    table = store.table("memories").to_lance().to_table(columns=["org_id", "user_id", "created_at"])
+    table = maintenance_of(store).table("memories").to_lance().to_table(columns=["org_id", "user_id", "created_at"])
     keys = list(zip(*(table.column(c).to_pylist() for c in ("org_id", "user_id", "created_at")), strict=True))
     assert keys == sorted(keys)
-    assert store.table("memories").count_rows() == rows_before
+    assert maintenance_of(store).table("memories").count_rows() == rows_before
     assert answers() == before
-    assert store.cluster()["fragments"] == 0  # already in order: nothing rewritten
+    assert maintenance_of(store).cluster()["fragments"] == 0  # already in order: nothing rewritten
 
 
 def test_new_rows_are_compacted_then_indexed_and_no_answer_changes(service: MemoryService) -> None:
     store = service.store
     service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS])
-    store.optimize()
+    maintenance_of(store).optimize()
     for fact in FACTS[:3]:  # one commit, one fragment each, outside every index
         service.add("acme", {"user_id": "u1", "content": f"{fact} (later)"})
     service.add("acme", {"user_id": "u2", "content": "Someone else's note"})
 
     def unindexed() -> dict[str, int]:
-        dataset = store.table("memories").to_lance()
+        dataset = maintenance_of(store).table("memories").to_lance()
         return {i["name"]: dataset.stats.index_stats(i["name"])["num_unindexed_rows"] for i in dataset.list_indices()}
 
     def fragments() -> int:
-        return len(store.table("memories").to_lance().get_fragments())
+        return len(maintenance_of(store).table("memories").to_lance().get_fragments())
 
     assert set(unindexed().values()) == {4} and fragments() == 5
     asked = [("u1", q) for q in QUERIES] + [("u2", "note")]
@@ -117,27 +118,27 @@ def test_new_rows_are_compacted_then_indexed_and_no_answer_changes(service: Memo
     def answers() -> list[list[tuple[str, float]]]:
         return [[(h.id, h.score) for h in service.recall("acme", {"user_id": u, "query": q}).memories] for u, q in asked]
 
-    before, rows = answers(), store.table("memories").count_rows()
+    before, rows = answers(), maintenance_of(store).table("memories").count_rows()
     # Four uncovered fragments become one; too few rows yet to rewrite the indexes for.
-    assert store.fold_new_rows(reindex_rows=100) == {"fragments_compacted": 4, "rows_indexed": 0}
+    assert maintenance_of(store).fold_new_rows(reindex_rows=100) == {"fragments_compacted": 4, "rows_indexed": 0}
     assert fragments() == 2 and set(unindexed().values()) == {4}
     assert answers() == before
-    assert store.fold_new_rows(reindex_rows=100) == {"fragments_compacted": 0, "rows_indexed": 0}
+    assert maintenance_of(store).fold_new_rows(reindex_rows=100) == {"fragments_compacted": 0, "rows_indexed": 0}
     # Enough rows: the scalar indexes take them in; the full-text index waits for optimize().
-    assert store.fold_new_rows(reindex_rows=4) == {"fragments_compacted": 0, "rows_indexed": 4}
+    assert maintenance_of(store).fold_new_rows(reindex_rows=4) == {"fragments_compacted": 0, "rows_indexed": 4}
     stale = unindexed()
     assert stale.pop("keywords_idx") == 4 and set(stale.values()) == {0}
-    assert answers() == before and store.table("memories").count_rows() == rows
-    assert store.fold_new_rows(reindex_rows=1) == {"fragments_compacted": 0, "rows_indexed": 0}
+    assert answers() == before and maintenance_of(store).table("memories").count_rows() == rows
+    assert maintenance_of(store).fold_new_rows(reindex_rows=1) == {"fragments_compacted": 0, "rows_indexed": 0}
 
 
 def test_folds_rewrite_little_more_than_what_is_new(service: MemoryService) -> None:
     store = service.store
     service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS])
-    store.optimize()
+    maintenance_of(store).optimize()
 
     def uncovered(name: str) -> list[int]:
-        dataset = store.table(name).to_lance()
+        dataset = maintenance_of(store).table(name).to_lance()
         covered = set.intersection(*(set(i["fragment_ids"]) for i in dataset.list_indices() if i["type"] != "Inverted"))
         return [f.metadata.physical_rows for f in dataset.get_fragments() if f.fragment_id not in covered]
 
@@ -145,19 +146,19 @@ def test_folds_rewrite_little_more_than_what_is_new(service: MemoryService) -> N
     service.add("acme", {"user_id": "u1", "content": "first single"})
     assert uncovered("memories") == [10, 1]
     # Ten rows are more than four times the one new row: nothing worth a rewrite yet.
-    assert store.fold_new_rows(reindex_rows=100)["fragments_compacted"] == 0
+    assert maintenance_of(store).fold_new_rows(reindex_rows=100)["fragments_compacted"] == 0
     service.add("acme", {"user_id": "u1", "content": "second single"})
     # The two singles fold together; the ten-row fragment (over 4x their two rows) is left alone.
-    assert store.fold_new_rows(reindex_rows=100) == {"fragments_compacted": 2, "rows_indexed": 0}
+    assert maintenance_of(store).fold_new_rows(reindex_rows=100) == {"fragments_compacted": 2, "rows_indexed": 0}
     assert uncovered("memories") == [10, 2]
     service.add("acme", {"user_id": "u1", "content": "third single"})
     # 1 new row, then 2 (at most 4x), then 10 (at most 4x the 3 taken): all of it in one fold.
-    assert store.fold_new_rows(reindex_rows=100)["fragments_compacted"] == 3
+    assert maintenance_of(store).fold_new_rows(reindex_rows=100)["fragments_compacted"] == 3
     assert uncovered("memories") == [13]
     # The audit trail's fragments fold the same way when asked for.
     events = len(uncovered("events"))
     assert events >= 2
-    assert store.fold_new_rows(reindex_rows=100, tables=("events",))["fragments_compacted"] >= 2
+    assert maintenance_of(store).fold_new_rows(reindex_rows=100, tables=("events",))["fragments_compacted"] >= 2
     assert len(uncovered("events")) < events
     hits = service.recall("acme", {"user_id": "u1", "query": "second single"}).memories
     assert hits[0].content == "second single"
@@ -187,7 +188,7 @@ def test_two_processes_compacting_at_once_both_finish(service: MemoryService) ->
 
     def compact(store: LanceStore) -> None:
         try:
-            store.optimize()
+            maintenance_of(store).optimize()
         except BaseException as exc:  # noqa: BLE001 - collected for the assertion
             errors.append(exc)
 
@@ -201,4 +202,4 @@ def test_two_processes_compacting_at_once_both_finish(service: MemoryService) ->
         for t in threads:
             t.join()
         assert errors == []
-    assert service.store.table("memories").count_rows() == 3 * 15
+    assert maintenance_of(service.store).table("memories").count_rows() == 3 * 15

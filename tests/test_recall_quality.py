@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent_memory.history import import_history
+from agent_memory.extraction import extract_and_store
 from agent_memory.models import Scope, index_parts
 from agent_memory.service import MemoryService
 from cli.demo import DEMO_QUESTIONS
+from jobs.importer import import_into
 from jobs.reindex import reindex
+from storage.connect import maintenance_of
 from tests.conftest import ROOT, Clock
 
 U = Scope.user("acme", "u1")
@@ -48,7 +50,6 @@ EDITOR_CHAT = [
      ("user", "好的", "Caroline"), ("assistant", "Hello! How can I help?", None)],
 ]
 
-
 FRIENDS_CHAT = [
     [("user", "Hey Mel! How was your week?", "Caroline"),
      ("assistant", "Busy! I finally painted that sunrise over the lake.", "Melanie"),
@@ -61,7 +62,7 @@ def test_a_content_free_turn_never_outranks_the_fact_it_follows(
     make_service: Callable[..., MemoryService], tmp_path: Path
 ) -> None:
     service = make_service()
-    import_history(service, _write_history(tmp_path / "h.jsonl", EDITOR_CHAT))
+    import_into(service, _write_history(tmp_path / "h.jsonl", EDITOR_CHAT))
     for query in ("Which editor does the user use?", "Which code editor does Caroline use?", "Zed"):
         assert _top(service, query, min_score=0)[0] == "I do all my coding in Zed these days.", query
     # The acknowledgement is stored (raw mode keeps every turn) and found by its own words.
@@ -72,7 +73,7 @@ def test_the_vector_embeds_the_turn_with_its_speaker_and_keywords_add_the_turns_
     make_service: Callable[..., MemoryService], tmp_path: Path
 ) -> None:
     service = make_service()
-    import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT))
+    import_into(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT))
     records = {r.content: r for r in service.list(U, limit=100).records}
     stored = service.store.get_memories(U, [records["Wow, thanks for sharing."].id], with_vectors=True)[0]
     context, own = index_parts(stored.index_text, stored.content)
@@ -97,7 +98,7 @@ def test_a_chat_with_one_person_embeds_turns_without_names(
     # turns to the word, so neither the vector nor the keywords carry it.
     service = make_service()
     chat = [[(role, content, "Assistant" if role == "assistant" else name) for role, content, name in EDITOR_CHAT[0]]]
-    import_history(service, _write_history(tmp_path / "h.jsonl", chat))
+    import_into(service, _write_history(tmp_path / "h.jsonl", chat))
     for record in service.store.user_memories(U)[0]:
         assert record.vector_text == record.content and "caroline" not in record.keywords.split()
 
@@ -118,7 +119,7 @@ def test_noise_does_not_fill_the_list_by_default(make_service: Callable[..., Mem
     assert _top(service, "她喜欢看什么电影？") == []
     # min_score 0 keeps every hit, as before the floor.
     assert len(_top(service, "她喜欢看什么电影？", min_score=0)) == 3
-    assert service.settings.recall_min_score > 0
+    assert service.settings.recall.min_score > 0
 
 
 def test_chinese_questions_find_their_turns_through_words_and_bigrams(
@@ -128,7 +129,7 @@ def test_chinese_questions_find_their_turns_through_words_and_bigrams(
     chat = [[("user", "我养了一只猫，叫土豆，三岁了", "林晓"), ("assistant", "好可爱！", None),
              ("user", "嗯嗯", "林晓"), ("user", "下周我妈要做膝盖手术，有点担心", "林晓"),
              ("assistant", "希望手术顺利。", None), ("user", "谢谢！", "林晓")]]
-    import_history(service, _write_history(tmp_path / "h.jsonl", chat))
+    import_into(service, _write_history(tmp_path / "h.jsonl", chat))
     assert _top(service, "林晓养的是什么宠物？猫", min_score=0)[0].startswith("我养了一只猫")
     assert _top(service, "她妈妈要做什么手术？", min_score=0)[0].startswith("下周我妈要做膝盖手术")
 
@@ -137,7 +138,7 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
     make_service: Callable[..., MemoryService], tmp_path: Path
 ) -> None:
     service = make_service()
-    import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT + EDITOR_CHAT))
+    import_into(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT + EDITOR_CHAT))
     service.add("acme", {"user_id": "u1", "content": "用户喜欢喝绿茶"})
     current = {r.id: r for r in service.store.user_memories(U)[0]}
     # Rows as the previous layout wrote them: no speaker, stale keywords, and a vector of the whole
@@ -149,7 +150,7 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
         vector = service.embedder.embed_batch([text])[0].tolist()
         old.append(record.model_copy(update={"index_text": text, "keywords": "stale", "vector": vector}))
     service.store.replace_memories(U, old)
-    service.store.set_index_format(1)
+    maintenance_of(service.store).set_index_format(1)
     editor_ack = next(r for r in old if r.content == "Thanks, super helpful.")
     assert editor_ack.index_text == current[editor_ack.id].index_text  # unchanged text, stale vector
 
@@ -157,7 +158,7 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
     report = reindex(service.settings, service=service)
     assert report["changed"] == report["written"] == len(current) and report["skipped"] == 0
     assert report["reembedded"] == sum(1 for r in old if current[r.id].vector_text != r.index_text) > 0
-    assert report["index_format"] == 2 == service.store.index_format()
+    assert report["index_format"] == 2 == maintenance_of(service.store).index_format()
     after = {r.id: r for r in service.store.get_memories(U, list(current), with_vectors=True)}
     for memory_id, record in current.items():
         assert (after[memory_id].index_text, after[memory_id].keywords) == (record.index_text, record.keywords)
@@ -192,7 +193,7 @@ def _demo_service(make_service: Callable[..., MemoryService], tmp_path: Path) ->
             if json.loads(line)["user_id"] in users]
     (tmp_path / "sample.jsonl").write_text("".join(rows), encoding="utf-8")
     service = make_service()
-    import_history(service, tmp_path / "sample.jsonl")
+    import_into(service, tmp_path / "sample.jsonl")
     return service
 
 
@@ -230,10 +231,8 @@ def test_the_family_question_finds_its_evidence_first(make_service: Callable[...
 def test_a_conversation_sent_a_few_turns_at_a_time_is_indexed_as_an_import_indexes_it(
     make_service: Callable[..., MemoryService], tmp_path: Path
 ) -> None:
-    from agent_memory.extraction import extract_and_store
-
     service = make_service()
-    import_history(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT))
+    import_into(service, _write_history(tmp_path / "h.jsonl", FRIENDS_CHAT))
     want = {r.content: (r.index_text, r.keywords) for r in service.store.user_memories(U)[0]}
     turns = [{"role": role, "content": content, "name": name, "message_id": f"s1:m{i}",
               "created_at": datetime(2025, 3, 2, 9, i, tzinfo=timezone.utc)}

@@ -13,6 +13,7 @@ from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from jobs.reembed import Reembedding, reembed
 from storage import LanceStore
+from storage.connect import maintenance_of
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_reembed_catches_up_and_switches(
     service = make_service()
     ids = service.add_many("acme", [{"user_id": "u1", "content": f} for f in FACTS]).ids
     settings = service.settings
-    job = Reembedding(settings.model_copy(update={"import_commit_rows": 2}), tiny_model)
+    job = Reembedding(settings.replace(import_commit_rows=2), tiny_model)
     assert job.snapshot(engine="ray") == 5
 
     # During the job: recall still answers from the old vectors, and writes keep landing.
@@ -58,17 +59,17 @@ def test_reembed_catches_up_and_switches(
         service.recall("acme", {"user_id": "u1", "query": "cat"})
     assert running.value.code == "embedding_model_mismatch"
     with pytest.raises(ConflictError, match="tiny-64") as reopened:
-        LanceStore(settings.storage_uri, embedding_model=service.embedder.name, embedding_dim=384)
+        LanceStore(settings.storage.uri, embedding_model=service.embedder.name, embedding_dim=384)
     assert reopened.value.code == "embedding_model_mismatch"
 
     new_embedder = SentenceTransformerEmbedder(tiny_model)
-    store = LanceStore(settings.storage_uri, embedding_model=new_embedder.name, embedding_dim=64)
-    rows = store.table("memories").to_arrow().to_pylist()
+    store = LanceStore(settings.storage.uri, embedding_model=new_embedder.name, embedding_dim=64)
+    rows = maintenance_of(store).table("memories").to_arrow().to_pylist()
     assert len(rows) == 6 and {r["id"] for r in rows} == {*ids, new_id}
     expected = new_embedder.embed_batch([r["index_text"] for r in rows])
     assert np.allclose(np.array([r["vector"] for r in rows]), expected, atol=1e-4)
-    assert store.stats(None)["embedding_model"] == new_embedder.name
-    assert store.table("memories").to_lance().data_storage_version == "2.1"  # the rewrite's format
+    assert maintenance_of(store).stats()["embedding_model"] == new_embedder.name
+    assert maintenance_of(store).table("memories").to_lance().data_storage_version == "2.1"  # the rewrite's format
     with MemoryService(store, new_embedder, settings, defer_access=False) as fresh:
         hits = fresh.recall("acme", {"user_id": "u1", "query": "Miso the cat"}).memories
         assert hits[0].id == new_id
@@ -79,7 +80,7 @@ def test_reembed_to_the_model_in_force_is_refused(make_service: Callable[..., Me
     service = make_service()
     service.add("acme", {"user_id": "u1", "content": FACTS[0]})
     with pytest.raises(InvalidInputError, match="already"):
-        reembed(service.settings, service.settings.embedding_model, engine="local")
+        reembed(service.settings, service.settings.embedding.model, engine="local")
 
 
 def test_local_reembed_leaves_the_old_setting_refused(
@@ -91,5 +92,5 @@ def test_local_reembed_leaves_the_old_setting_refused(
     assert (report["memories"], report["embedded"], report["dim"]) == (5, 5, 64)
     # The settings still name the old model: opening the store with them is refused.
     with pytest.raises(ConflictError, match="tiny-64") as refused:
-        LanceStore(service.settings.storage_uri, embedding_model=service.embedder.name, embedding_dim=384)
+        LanceStore(service.settings.storage.uri, embedding_model=service.embedder.name, embedding_dim=384)
     assert refused.value.code == "embedding_model_mismatch"

@@ -8,6 +8,9 @@ import uuid
 
 import pytest
 
+from cli.main import main
+from serve_app.writer import FullOptimizeSchedule
+
 
 def _user() -> str:
     return f"user-{uuid.uuid4().hex[:8]}"
@@ -144,7 +147,7 @@ def test_import_job_over_http(api, serve_app) -> None:
     import json
     from pathlib import Path
 
-    root = Path(serve_app["settings"].import_root)
+    root = Path(serve_app["settings"].imports.root)
     root.mkdir(parents=True, exist_ok=True)
     user = _user()
     rows = [{"user_id": user, "session_id": "s1", "role": "user", "content": f"imported fact number {i}",
@@ -172,7 +175,7 @@ def test_the_writer_compacts_the_fragments_new_writes_leave(api, serve_app) -> N
     c, user = api(), _user()
     for i in range(3):  # three commits, three small fragments no index covers
         assert c.post("/v1/memories", json={"user_id": user, "content": f"upkeep note {i}"}).status_code == 201
-    table = lancedb.connect(serve_app["settings"].storage_uri, read_consistency_interval=timedelta(0)).open_table("memories")
+    table = lancedb.connect(serve_app["settings"].storage.uri, read_consistency_interval=timedelta(0)).open_table("memories")
 
     def uncovered_fragments() -> int:
         dataset = table.to_lance()
@@ -188,8 +191,6 @@ def test_the_writer_compacts_the_fragments_new_writes_leave(api, serve_app) -> N
 
 
 def test_full_compactions_wait_for_their_commits_and_their_gap() -> None:
-    from serve_app.app import FullOptimizeSchedule
-
     now = [1000.0]
     schedule = FullOptimizeSchedule(every=3, min_seconds=600, clock=lambda: now[0])
     assert [schedule.commit() for _ in range(3)] == [False, False, True]  # the first: commits alone
@@ -275,8 +276,6 @@ def test_bad_input_is_a_clear_4xx(api, method: str, path: str, kwargs: dict, sta
 
 
 def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capsys) -> None:
-    from cli.main import main
-
     port = serve_app["url"].rsplit(":", 1)[1]  # the running app's own port
     assert main(["serve", "--port", port, "--storage-uri", str(tmp_path / "lancedb")]) == 2
     assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import ray
 
 from storage import LanceStore
+from storage.connect import maintenance_of
 
 WRITERS, WRITES_EACH = 16, 200
 
@@ -74,8 +75,8 @@ def _run_load(serve_app: dict, tag: str, during: callable | None = None) -> tupl
 
 def _stored_ids(serve_app: dict, users: list[str]) -> Counter:
     settings = serve_app["settings"]
-    store = LanceStore(settings.storage_uri, embedding_model=None, embedding_dim=None)
-    table = store.table("memories").to_arrow()
+    store = LanceStore(settings.storage.uri, embedding_model=None, embedding_dim=None)
+    table = maintenance_of(store).table("memories").to_arrow()
     mask = pc.is_in(table.column("user_id"), value_set=__import__("pyarrow").array(users))
     return Counter(table.filter(mask).column("id").to_pylist())
 

@@ -9,9 +9,10 @@ import pytest
 
 from agent_memory.access import AccessRecorder
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
-from agent_memory.models import NewMemory, Scope
+from agent_memory.models import NewMemory, OrgScope, Scope
 from agent_memory.service import MemoryService
 from storage import LanceStore
+from storage.connect import maintenance_of
 from storage.schema import TABLES
 from tests.conftest import Clock
 
@@ -19,7 +20,7 @@ U = Scope.user("acme", "u1")
 
 
 def _count(service: MemoryService) -> int:
-    return service.store.table("memories").count_rows()
+    return maintenance_of(service.store).table("memories").count_rows()
 
 
 def test_add_is_idempotent_and_conflicting_key_is_refused(service: MemoryService) -> None:
@@ -44,11 +45,11 @@ def test_a_writer_that_lost_the_race_for_an_id_stores_nothing_twice(service: Mem
     theirs = service.prepare("acme", NewMemory(user_id="u1", content="prefers green tea"))
     other = service.prepare("acme", NewMemory(user_id="u1", content="lives in Lyon"))
     service.embed_records([ours, theirs, other])
-    assert service.store.insert_memories("acme", [theirs], known_absent=True) == {theirs.id}
+    assert service.store.insert_memories(OrgScope("acme"), [theirs], known_absent=True) == {theirs.id}
     # The loser's merge inserts only what is still absent and reports only that as created.
-    assert service.store.insert_memories("acme", [ours, other], known_absent=True) == {other.id}
+    assert service.store.insert_memories(OrgScope("acme"), [ours, other], known_absent=True) == {other.id}
     assert _count(service) == 2
-    assert service.store.insert_memories("acme", [ours, other]) == set()  # the looked-up path agrees
+    assert service.store.insert_memories(OrgScope("acme"), [ours, other]) == set()  # the looked-up path agrees
 
 
 @pytest.mark.parametrize(
@@ -72,7 +73,7 @@ def test_bad_input_raises_typed_error_and_writes_nothing(service: MemoryService,
         service.add_many("acme", [good, bad])
     assert message in str(info.value)
     assert _count(service) == 0
-    assert service.store.table("events").count_rows() == 0
+    assert maintenance_of(service.store).table("events").count_rows() == 0
 
 
 def test_recall_filters(service: MemoryService, clock: Clock) -> None:
@@ -181,7 +182,7 @@ def test_access_is_logged_then_folded_and_never_resurrects(service: MemoryServic
     hits = service.recall("acme", {"user_id": "u1", "query": "hiking"}).memories
     assert {h.id for h in hits} == {keep, gone}
     assert service.get(U, keep).access_count == 0  # nothing written on the recall path
-    memories = service.store.table("memories")
+    memories = maintenance_of(service.store).table("memories")
     version = memories.version
     assert service.access.flush() == 2  # two rows appended to the access log ...
     assert memories.version == version  # ... and no memory row rewritten
@@ -195,7 +196,7 @@ def test_access_is_logged_then_folded_and_never_resurrects(service: MemoryServic
     service.store.delete_memories(U, [gone])
     logged = service.store.pending_access(U)
     assert logged[keep][0] == 2 and logged[gone][0] >= 1
-    assert service.store.fold_access("acme") == 1
+    assert maintenance_of(service.store).fold_access(OrgScope("acme")) == 1
     assert service.store.pending_access(U) == {}
     stored = service.store.get_memories(U, [keep])[0]
     assert stored.access_count == 2 and stored.last_accessed_at == logged[keep][1]
@@ -203,7 +204,7 @@ def test_access_is_logged_then_folded_and_never_resurrects(service: MemoryServic
     with pytest.raises(NotFoundError):
         service.get(U, gone)
     assert memories.count_rows() == 1
-    assert service.store.fold_access("acme") == 0
+    assert maintenance_of(service.store).fold_access(OrgScope("acme")) == 0
 
 
 def test_a_fold_cut_short_is_finished_once_by_the_next(service: MemoryService) -> None:
@@ -213,22 +214,22 @@ def test_a_fold_cut_short_is_finished_once_by_the_next(service: MemoryService) -
         service.recall(org, {"user_id": "u1", "query": "hiking"})
     service.access.flush()
     store = service.store
-    logged = store._read("access", None, ["org_id", "memory_id", "count", "at", "flush_id"])
+    logged = maintenance_of(store).tables.read("access", None, ["org_id", "memory_id", "count", "at", "flush_id"])
     # A fold that wrote down its plan, merged acme's counts, then stopped (a crash) before it
     # dropped the folded hits from the log, and before it touched globex at all.
-    acme, globex = store._plan_folds(logged, None)
+    acme, globex = store.access.plan_folds(logged, None)
     assert (acme["org_id"], globex["org_id"]) == ("acme", "globex")
-    assert store._merge_fold(acme) == 1
+    assert store.access.merge_fold(acme) == 1
     assert store.get_memories(U, [first])[0].access_count == 1
     assert store.pending_access(U) != {}  # the hits are in both places until the fold is finished
-    assert store.get_job("acme", acme["id"])["state"] == "running"
+    assert store.get_job(OrgScope("acme"), acme["id"])["state"] == "running"
     service.recall("acme", {"user_id": "u1", "query": "Alps"})  # a hit logged after the crash
     service.access.flush()
-    assert store.fold_access() == 3  # acme's and globex's counts set (again), then the later hit
+    assert maintenance_of(store).fold_access() == 3  # acme's and globex's counts set (again), then the later hit
     assert store.get_memories(U, [first])[0].access_count == 2  # 1 folded once, and the later one
     assert store.get_memories(Scope.user("globex", "u1"), [other])[0].access_count == 1
-    assert store.pending_access(U) == {} and store.fold_access() == 0
-    assert store.get_job("acme", acme["id"]) is None and store.get_job("globex", globex["id"]) is None
+    assert store.pending_access(U) == {} and maintenance_of(store).fold_access() == 0
+    assert store.get_job(OrgScope("acme"), acme["id"]) is None and store.get_job(OrgScope("globex"), globex["id"]) is None
 
 
 def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() -> None:
@@ -256,13 +257,13 @@ def test_new_stores_write_lance_2_1_files(service: MemoryService) -> None:
     # 2.2 files store all-equal pages as constants that are slow to read a few rows from (FILE_FORMAT).
     service.add("acme", {"user_id": "u1", "content": "likes green tea"})
     for name in TABLES:
-        assert service.store.table(name).to_lance().data_storage_version == "2.1", name
+        assert maintenance_of(service.store).table(name).to_lance().data_storage_version == "2.1", name
 
 
 def test_other_embedding_model_is_a_clear_error(service: MemoryService, settings) -> None:
     service.add("acme", {"user_id": "u1", "content": "anything"})
     with pytest.raises(ConflictError) as info:
-        LanceStore(service.settings.storage_uri, embedding_model="other-model", embedding_dim=768)
+        LanceStore(service.settings.storage.uri, embedding_model="other-model", embedding_dim=768)
     assert info.value.code == "embedding_model_mismatch" and "all-MiniLM-L6-v2" in str(info.value)
 
 

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from agent_memory import scoring
+from agent_memory import scoring, text
 from agent_memory.store import Candidate, Pool, Retrieved
-from agent_memory.text import cjk_share, index_terms, keyword_text, lexical_similarity, terms
+from agent_memory.text import chinese_words, cjk_share, index_terms, keyword_text, lexical_similarity, terms
 
 
 def test_english_terms_drop_stopwords_and_lowercase() -> None:
@@ -32,9 +32,6 @@ def test_chinese_becomes_bigrams_and_dictionary_words_and_mixed_text_keeps_words
 
 def test_chinese_words_are_the_same_from_many_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
-
-    from agent_memory import text
-    from agent_memory.text import chinese_words
 
     chinese_words.cache_clear()
     text._segmenter = None  # the dictionary is loaded by whichever thread comes first

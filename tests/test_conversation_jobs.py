@@ -25,9 +25,9 @@ from jobs.conversations import (
     submit_conversation,
     wait_for_job,
 )
+from loopback.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
 from storage import LanceStore, open_store
 from storage.connect import maintenance_of
-from tests.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
 
 ORG = "acme"
 

@@ -17,9 +17,9 @@ from agent_memory.embedding import (
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
+from loopback.embeddings_server import DIM, EmbeddingsServer
 from storage import LanceStore
 from storage.connect import maintenance_of
-from tests.openai_embeddings_server import DIM, EmbeddingsServer
 
 
 def test_bundled_model_is_offline_normalised_and_sees_unknown_text(embedder: SentenceTransformerEmbedder) -> None:

@@ -12,9 +12,9 @@ from agent_memory.extraction import extract_and_store
 from agent_memory.llm import LLMClient, LLMExtractor, RateLimiter
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
+from loopback.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
 from storage.connect import maintenance_of
 from tests.conftest import Clock
-from tests.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
 
 U = Scope.user("acme", "u1")
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from agent_memory.settings import Settings
+from loopback.embeddings_server import EmbeddingsServer
 from serve_app.config import DEPLOYMENTS
-from tests.openai_embeddings_server import EmbeddingsServer
 
 PREFIX = "/degrading"
 

@@ -52,7 +52,7 @@ from benchmarks.common import summarize, write_result  # noqa: E402
 from jobs.consolidate import run_consolidation  # noqa: E402
 from loopback.llm_server import scripted_llm  # noqa: E402
 from storage import LanceStore  # noqa: E402
-from storage.connect import maintenance_of  # noqa: E402
+from storage.connect import maintenance_of, open_service  # noqa: E402
 
 # template key -> (restatements of one fact, look-alikes that must stay apart, entities)
 EN: dict[str, tuple[list[str], list[str], list[str]]] = {
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
     embedder = SentenceTransformerEmbedder(batch_size=128)
     now = datetime(2026, 6, 1, tzinfo=timezone.utc)
     store = LanceStore(uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
-    service = MemoryService(store, embedder, settings, clock=lambda: now, defer_access=False)
+    service = open_service(settings, embedder=embedder, store=store, clock=lambda: now, defer_access=False)
     print(f"building {args.memories:,} memories over {args.users:,} users ...", flush=True)
     labels, build_s = build(service, args, now)
     table_before = maintenance_of(store).stats()["tables"]["memories"]

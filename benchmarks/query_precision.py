@@ -23,13 +23,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
 from agent_memory.evaluation import evaluate_recall, load_questions  # noqa: E402
-from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
 from benchmarks.recall_latency import QUERIES, SUBJECTS, query_batches  # noqa: E402
 from jobs.importer import import_into  # noqa: E402
 from storage import LanceStore  # noqa: E402
-from storage.connect import maintenance_of  # noqa: E402
+from storage.connect import maintenance_of, open_service  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -50,12 +49,12 @@ def recall_quality(exact: SentenceTransformerEmbedder, quick: SentenceTransforme
     with tempfile.TemporaryDirectory(prefix="bench-precision-") as tmp:
         settings = Settings(storage_uri=f"{tmp}/lancedb", _env_file=None, embedding_cache_size=0)  # type: ignore[call-arg]
         store = LanceStore(settings.storage.uri, embedding_model=exact.name, embedding_dim=exact.dim)
-        with MemoryService(store, exact, settings, defer_access=False) as writer:
+        with open_service(settings, embedder=exact, store=store, defer_access=False) as writer:
             import_into(writer, EXAMPLES / "sample_history.jsonl", mode="raw", org_id="default")
             maintenance_of(store).optimize()
         quality = {}
         for name, model in (("fp32", exact), ("int8", quick)):
-            with MemoryService(store, model, settings, defer_access=False) as asking:
+            with open_service(settings, embedder=model, store=store, defer_access=False) as asking:
                 report = evaluate_recall(asking, questions, top_k=10)
             quality[name] = {category: {mode: report["by_category"][category][mode] for mode in ("hybrid", "dense")}
                              for category in report["by_category"]}

@@ -42,7 +42,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from agent_memory import scoring  # noqa: E402
 from agent_memory.evaluation import MODES, evaluate_recall, load_questions  # noqa: E402
 from agent_memory.history import parse_file  # noqa: E402
-from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
@@ -149,7 +148,7 @@ def grid(stored: list[tuple[str, Any, list[dict[str, Any]]]], base: Settings,
     for point in points:
         row: dict[str, Any] = {"settings": point, "sets": {}}
         for name, service, questions in stored:
-            with MemoryService(service.store, service.embedder, base.replace(**point), defer_access=False) as s:
+            with open_service(base.replace(**point), embedder=service.embedder, store=service.store, defer_access=False) as s:
                 by_user = _hybrid_by_user(s, questions)
             row["sets"][name] = {"all": _mean([m for ms in by_user.values() for m in ms]),
                                  "by_user": {u: _mean(ms) for u, ms in by_user.items()},

@@ -3,7 +3,7 @@ and recall quality on the shipped sample set (memories stored exactly, questions
 
     .venv/bin/python benchmarks/query_precision.py [--queries 200 --name query_precision]
 
-Writes benchmarks/results/<name>.json; README "Query precision" cites it.
+Writes benchmarks/results/<name>.json; docs/performance.md, "Query precision", cites it.
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ class WriterDeployment:
         """Every `writer_upkeep_seconds`, or sooner after `writer_fold_commits` commits, fold the
         small fragments that recent commits left outside the indexes (this replica's writes and
         their audit events, the ingress replicas' access-log flushes) and index them once
-        `writer_reindex_rows` pile up (LanceStore.fold_new_rows). Searches, id lookups and the
+        `writer_reindex_rows` pile up (StoreMaintenance.fold_new_rows). Searches, id lookups and the
         next write's insert-if-absent would otherwise open and scan each of them."""
         tables = ("memories", "events", "access")
         maintenance, seen = self._service.maintenance, None

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-import openai
 from pydantic import BaseModel, ValidationError
 
 from agent_memory.clustering import Judge
@@ -45,6 +44,8 @@ class OpenAISummarizer:
 
     def __call__(self, texts: Sequence[str]) -> str:
         """The summary, or the first text when the model answers nothing usable."""
+        import openai  # heavy: loaded where an LLM is used
+
         notes = "\n".join(f"- {t}" for t in texts)
         messages = [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": notes}]
         try:

@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_memory.errors import InvalidInputError, UnavailableError
@@ -150,6 +149,8 @@ class LLMClient:
         temperature: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        import openai  # heavy (about 2 s): loaded where an LLM is used, not by every process
+
         # Our own retry loop (max_retries=0 below) so every retry and failure is counted here.
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0)
         self.model = model
@@ -211,6 +212,8 @@ class LLMClient:
         The answer is asked for in the JSON of `schema`, or as free text where `schema` is None;
         `temperature` overrides the client's for this request.
         """
+        import openai
+
         shape: dict[str, Any] = {} if schema is None else {"response_format": self._format(schema, name)}
         for attempt in range(self.max_retries + 1):
             self.limiter.acquire()

@@ -20,14 +20,13 @@ which answers at once with a job id; the agent never waits for an LLM. Behind it
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
-
-import ray
 
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from agent_memory.extraction import MODES, extract_and_store
@@ -93,7 +92,14 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
     return "succeeded"
 
 
-@ray.remote
+@functools.cache
+def actor_class(cls: type) -> Any:
+    """`cls` as a Ray actor class; Ray (a second to import) is imported when an actor starts."""
+    import ray
+
+    return ray.remote(cls)
+
+
 class ExtractionWorker:
     """Holds a memory service (the model loaded once) and runs conversation jobs one at a time."""
 
@@ -104,7 +110,6 @@ class ExtractionWorker:
         return run_conversation_job(self.service, org_id, job_id, final=final, attempt=attempt)
 
 
-@ray.remote
 class ConversationScheduler:
     """Bounded queue, per-user ordering, retries with backoff, and a fixed pool of workers."""
 
@@ -123,7 +128,7 @@ class ConversationScheduler:
             self.workers = asyncio.Queue()
             options = {"num_cpus": self.settings.extraction.worker_cpus}
             for _ in range(self.settings.extraction.concurrency):
-                self.workers.put_nowait(ExtractionWorker.options(**options).remote(self.settings))
+                self.workers.put_nowait(actor_class(ExtractionWorker).options(**options).remote(self.settings))
         return self.workers
 
     def size(self) -> int:
@@ -182,7 +187,7 @@ class ConversationScheduler:
             except Exception as exc:  # the worker died: record it, and retry on another attempt
                 log.warning("worker failed on job %s: %s", job_id, exc)
                 state = "queued"
-                worker = ExtractionWorker.options(num_cpus=self.settings.extraction.worker_cpus).remote(self.settings)
+                worker = actor_class(ExtractionWorker).options(num_cpus=self.settings.extraction.worker_cpus).remote(self.settings)
             finally:
                 pool.put_nowait(worker)
             if state in ("succeeded", "failed"):
@@ -195,12 +200,21 @@ class ConversationScheduler:
 
 def scheduler(settings: Settings) -> Any:
     """The store's scheduler actor, started on first use (one per cluster and store)."""
+    import ray
+
     if not ray.is_initialized():
         raise UnavailableError("Ray is not running: start the service or pass --address", code="ray_unavailable")
-    return ConversationScheduler.options(
+    return actor_class(ConversationScheduler).options(
         name=scheduler_name(settings), namespace=NAMESPACE, get_if_exists=True, lifetime="detached", num_cpus=0,
         max_restarts=-1,
     ).remote(settings)
+
+
+def ask(ref: Any) -> Any:
+    """The result of an actor call."""
+    import ray
+
+    return ray.get(ref)
 
 
 def submit_conversation(
@@ -234,7 +248,7 @@ def submit_conversation(
     job = JobRecord.new(job_id, org_id, KIND, user_id=user_id, report={
         "user_id": user_id, "session_id": session_id, "mode": mode, "message_ids": message_ids, "attempts": 0,
     })
-    outcome = ray.get(scheduler(settings).submit.remote(job))
+    outcome = ask(scheduler(settings).submit.remote(job))
     if outcome == "full":
         raise UnavailableError(
             f"the extraction queue is full ({settings.extraction.queue_size} jobs); retry shortly", code="queue_full"
@@ -260,7 +274,7 @@ def resume_pending_jobs(settings: Settings) -> list[str]:
     ids = []
     sched = scheduler(settings)
     for job in pending_jobs(settings):
-        if ray.get(sched.submit.remote(job, True)) == "queued":
+        if ask(sched.submit.remote(job, True)) == "queued":
             ids.append(job.id)
     return ids
 
@@ -274,7 +288,7 @@ def retry_job(settings: Settings, org_id: str, job_id: str) -> str:
     job = JobRecord.from_row(row)
     if job.state != "failed":
         raise ConflictError(f"job {job_id} is {job.state}; only failed jobs can be retried", code="job_not_failed")
-    ray.get(scheduler(settings).submit.remote(replace(job, report={**job.report, "attempts": 0}), True))
+    ask(scheduler(settings).submit.remote(replace(job, report={**job.report, "attempts": 0}), True))
     return job_id
 
 

@@ -15,34 +15,46 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from ray import serve
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 from serve_app.config import deployment_options
 from serve_app.embedder import EmbedderDeployment
-from serve_app.ingress import IngressDeployment
+from serve_app.ingress import ingress_class
 from serve_app.scheduler import SchedulerDeployment
 from serve_app.writer import WriterDeployment
+
+if TYPE_CHECKING:
+    from ray import serve
 
 # Serve's own logger: its JSON encoding (set in cluster/serve_config.yaml) adds request ids.
 log = logging.getLogger("ray.serve")
 
 
 def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.Application:
-    """The whole application, one bind expression; `config` holds per-deployment Serve options."""
+    """The whole application, one bind expression; `config` holds per-deployment Serve options.
+
+    The deployments are plain classes made deployments here, so that importing this package (the
+    CLI does) does not import Ray Serve.
+    """
+    from ray import serve
+
     options = deployment_options(settings, config)
-    embedder = EmbedderDeployment.options(**options["Embedder"]).bind(settings)
-    writer = WriterDeployment.options(**options["Writer"]).bind(settings, embedder)
-    scheduler = SchedulerDeployment.options(**options["Scheduler"]).bind(settings)
+
+    def deployment(name: str, cls: type) -> serve.Deployment:
+        return serve.deployment(name=name)(cls).options(**options[name])
+
+    embedder = deployment("Embedder", EmbedderDeployment).bind(settings)
+    writer = deployment("Writer", WriterDeployment).bind(settings, embedder)
+    scheduler = deployment("Scheduler", SchedulerDeployment).bind(settings)
     mode = settings.embedding.query_path
     local = mode == "local" or (mode == "auto" and not options["Embedder"]["ray_actor_options"].get("num_gpus"))
     if not local and settings.embedding.query_precision == "int8":
         log.warning("query_embedding_precision int8 applies to queries embedded in the ingress; "
                     "they go to the Embedder deployment here and stay exact")
-    return IngressDeployment.options(**options["Ingress"]).bind(settings, writer, embedder, scheduler, local_queries=local)
+    ingress = deployment("Ingress", ingress_class())
+    return ingress.bind(settings, writer, embedder, scheduler, local_queries=local)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

@@ -12,16 +12,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ray import serve
-from ray.serve.handle import DeploymentHandle
 
 from agent_memory.embedding import BatchingEmbedder, Embedder, build_embedder
 from agent_memory.errors import AgentMemoryError, UnavailableError
 from agent_memory.settings import Settings
 from serve_app import metrics
+
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
 
 
 class RemoteEmbedder(Embedder):
@@ -88,12 +89,15 @@ class RemoteEmbedder(Embedder):
         return [known[t] for t in texts]
 
 
-@serve.deployment(name="Embedder", ray_actor_options={"num_cpus": 0.5})
 class EmbedderDeployment:
     """The application's shared embedding model: the Writer's texts, and queries where it holds a GPU,
-    batched across replicas."""
+    batched across replicas. `app.build` makes it the `Embedder` deployment."""
 
     def __init__(self, settings: Settings) -> None:
+        from ray import serve
+
+        # `embed_one`: one text per caller; concurrent callers share a model call.
+        self.embed_one = serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)(self._embed_batch)
         self._embedder = build_embedder(settings)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._batch_sizes = metrics.embed_batch_size()
@@ -118,9 +122,8 @@ class EmbedderDeployment:
         # The model runs off the event loop, so requests keep queueing (and batching) meanwhile.
         return await loop.run_in_executor(self._executor, work)
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)
-    async def embed_one(self, texts: list[str]) -> list[tuple[np.ndarray, float]]:
-        """Embed one text per caller; concurrent callers share a model call."""
+    async def _embed_batch(self, texts: list[str]) -> list[tuple[np.ndarray, float]]:
+        """The texts of concurrent `embed_one` callers, in one model call."""
         self._batch_sizes.observe(len(texts), tags={"path": "embedder"})
         vectors, shares = await self._run(texts)
         return [(vectors[i], shares[i]) for i in range(len(texts))]

@@ -10,7 +10,6 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from ray.exceptions import RayError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent_memory.errors import (
@@ -54,6 +53,13 @@ def unwrap_remote(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
+def ray_error() -> type[Exception]:
+    """Ray's base error (a replica died or is restarting); Ray is loaded wherever a replica runs."""
+    from ray.exceptions import RayError
+
+    return RayError
+
+
 def error_response(exc: BaseException) -> JSONResponse:
     """The one mapping from errors to `{"error": {"code", "message"}}` responses."""
     exc = unwrap_remote(exc)
@@ -65,7 +71,7 @@ def error_response(exc: BaseException) -> JSONResponse:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
         if exc.code == "queue_full":
             status = 429
-    elif isinstance(exc, (RayError, TimeoutError)):
+    elif isinstance(exc, (ray_error(), TimeoutError)):
         # A replica died or is restarting: the caller may retry (with the same Idempotency-Key).
         return JSONResponse(
             {"error": {"code": "unavailable", "message": f"service temporarily unavailable ({type(exc).__name__})"}},

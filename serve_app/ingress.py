@@ -6,15 +6,15 @@ request passes through serve_app.middleware.
 """
 
 import asyncio
+import functools
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Header, Query
 from fastapi.responses import JSONResponse
-from ray import serve
-from ray.serve.handle import DeploymentHandle
 
 from agent_memory.embedding import BatchingEmbedder
 from agent_memory.errors import InvalidInputError, NotFoundError
@@ -39,6 +39,9 @@ from serve_app.schemas import (
 )
 from storage import open_store
 from storage.connect import open_service
+
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
 
 app = FastAPI(
     title="agent-memory",
@@ -70,13 +73,12 @@ def resolve_import_path(path: str, root: str) -> str:
 UserId = Annotated[str, Query(min_length=1, max_length=256, description="the user whose memories these are")]
 
 
-@serve.deployment(name="Ingress", ray_actor_options={"num_cpus": 0.3})
-@serve.ingress(app)
 class IngressDeployment:
-    """HTTP, and recall itself; changes go to the Writer; reads that need no model go to the store."""
+    """HTTP, and recall itself; changes go to the Writer; reads that need no model go to the store.
+    `app.build` makes it the `Ingress` deployment, serving `app`."""
 
     async def __init__(
-        self, settings: Settings, writer: DeploymentHandle, embedder: DeploymentHandle, scheduler: DeploymentHandle,
+        self, settings: Settings, writer: "DeploymentHandle", embedder: "DeploymentHandle", scheduler: "DeploymentHandle",
         *, local_queries: bool = False,
     ) -> None:
         self._settings = settings
@@ -92,7 +94,7 @@ class IngressDeployment:
         self._recaller = open_service(settings, embedder=queries, store=self._store, defer_access=True)
         self._recall_pool = ThreadPoolExecutor(max_workers=settings.serving.recall_threads, thread_name_prefix="recall")
         self._recall_latency = metrics.recall_latency()
-        prepare_state(app.state, settings)
+        prepare_state(settings)
 
     def __del__(self) -> None:
         if hasattr(self, "_recaller"):
@@ -302,3 +304,17 @@ class IngressDeployment:
         if job is None:
             raise NotFoundError(f"job {job_id} not found")
         return {k: job[k] for k in ("id", "kind", "state", "progress", "error", "report", "created_at", "updated_at")}
+
+
+@functools.cache
+def ingress_class() -> type:
+    """IngressDeployment serving `app`, made once per process.
+
+    Serve rewrites the app's routes when it wraps the class (their `self` becomes a dependency, in
+    the functions' signatures), so a replica must receive this module's classes and functions as
+    they are here, by value, not import them afresh.
+    """
+    from ray import cloudpickle, serve
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return serve.ingress(app)(IngressDeployment)

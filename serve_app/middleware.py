@@ -1,7 +1,9 @@
 """What every request passes through around its route: its request id and one JSON log line, the
 body-size limit (read before any parsing), and the caller's API key and rate limit (`Caller`).
 
-They keep their state on the FastAPI app's `state`, set once per replica by `prepare_state`.
+They keep their state in `STATE`, set once per ingress replica (one per process) by
+`prepare_state`. Not on the FastAPI app's `state`: Serve serves a copy of the app that it made
+when `app.build` wrapped the ingress, and the replica's constructor cannot reach that copy.
 """
 
 import json
@@ -11,8 +13,8 @@ import uuid
 from collections import defaultdict
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
-from ray import serve
+from fastapi import Depends, Header
+from starlette.datastructures import State
 
 from agent_memory.settings import Settings
 from serve_app import metrics
@@ -22,18 +24,22 @@ from serve_app.errors import RateLimitedError, TooLargeError, error_response
 # Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
 log = logging.getLogger("ray.serve")
 
+STATE = State()
 
-def prepare_state(state: Any, settings: Settings) -> None:
-    """What the middleware and `principal` read on the app's `state`: settings, keys, rate windows, metrics."""
-    state.settings = settings
-    state.keys = ApiKeys.load(settings.auth.api_keys_file)
-    state.rate = defaultdict(list)
-    state.requests = metrics.requests()
+
+def prepare_state(settings: Settings) -> None:
+    """What the middleware and `principal` read in `STATE`: settings, keys, rate windows, metrics."""
+    STATE.settings = settings
+    STATE.keys = ApiKeys.load(settings.auth.api_keys_file)
+    STATE.rate = defaultdict(list)
+    STATE.requests = metrics.requests()
 
 
 def serve_request_id() -> str | None:
     """The id Serve gave the request being handled (None outside a replica)."""
     try:
+        from ray import serve
+
         return serve.context._get_serve_request_context().request_id or None
     except Exception:  # a Serve version without the context, or outside a request
         return None
@@ -66,7 +72,7 @@ class RequestContext:
                 status["code"], status["started"] = message["status"], True
             await send(message)
 
-        state = scope["app"].state  # the FastAPI app's (Starlette sets it before any middleware)
+        state = STATE
         try:
             try:
                 await self._limited(scope, receive, send_status, state.settings.limits.max_body_bytes, headers)
@@ -120,13 +126,13 @@ class RequestContext:
         await self.app(scope, replay, send)
 
 
-async def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The caller: the key's org and role, or the anonymous default org when no keys are configured.
 
     Asynchronous although it never waits: FastAPI runs a plain function dependency in a worker
     thread, a hand-off per request that cost the event loop more than the check itself.
     """
-    state = request.app.state
+    state = STATE
     keys: ApiKeys | None = state.keys
     caller = ANONYMOUS if keys is None else keys.authenticate(authorization)
     limit = state.settings.auth.rate_limit_per_minute

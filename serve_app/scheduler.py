@@ -6,8 +6,6 @@ import asyncio
 import logging
 from typing import Any
 
-from ray import serve
-
 from agent_memory.models import utcnow
 from agent_memory.settings import Settings
 from jobs.schedule import ConsolidationSchedule
@@ -16,9 +14,9 @@ from jobs.schedule import ConsolidationSchedule
 log = logging.getLogger("ray.serve")
 
 
-@serve.deployment(name="Scheduler", num_replicas=1, ray_actor_options={"num_cpus": 0})
 class SchedulerDeployment:
-    """Submits consolidation to the cluster when the schedule says so (interval or daily time).
+    """Submits consolidation to the cluster when the schedule says so (interval or daily time);
+    `app.build` makes it the `Scheduler` deployment, one replica.
 
     Runs never overlap: each takes the store's consolidation lease, so a run still going (or one
     started by hand or by a CronJob) makes the next submission a recorded no-op.

@@ -17,10 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
-
-from ray import serve
-from ray.serve.handle import DeploymentHandle
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.errors import NotFoundError
 from agent_memory.models import MemoryRecord, NewMemory, parse_input
@@ -34,6 +31,9 @@ from storage.connect import open_service
 from storage.tables import CommitRetries
 
 # Serve's own logger: its JSON encoding (set in cluster/serve_config.yaml) adds request ids.
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
+
 log = logging.getLogger("ray.serve")
 
 
@@ -70,9 +70,9 @@ class FullOptimizeSchedule:
         return True
 
 
-@serve.deployment(name="Writer", ray_actor_options={"num_cpus": 0.25})
 class WriterDeployment:
-    """All changes go through here, in arrival order; concurrent writes share one commit.
+    """All changes go through here, in arrival order; concurrent writes share one commit
+    (`app.build` makes it the `Writer` deployment).
 
     Writes waiting in the same short window (or up to a row cap) are embedded in one model call
     and committed in one LanceDB commit; a request is acknowledged only after its commit. Writes

@@ -9,9 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import lancedb
 import pyarrow as pa
-from lancedb.index import FTS, Bitmap, BTree, LabelList
 
 from agent_memory.errors import ConflictError, UnavailableError
 from agent_memory.models import OrgScope, Scope
@@ -21,18 +19,25 @@ from storage.filters import Where, scoped
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_FTS = FTS(base_tokenizer="whitespace", lower_case=True, stem=True, remove_stop_words=False, ascii_folding=True)
-INDEXES: dict[str, list[tuple[str, Any]]] = {
-    sc.MEMORIES: [
-        ("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("team_id", BTree()),
-        ("status", Bitmap()), ("memory_type", Bitmap()), ("metadata_kv", LabelList()), ("keywords", _FTS),
-    ],
-    sc.MESSAGES: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("session_id", BTree())],
-    sc.EVENTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
-    sc.JOBS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
-    sc.VERDICTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
-    sc.ACCESS: [("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
-}
+
+def index_configs(name: str) -> list[tuple[str, Any]]:
+    """The scalar and full-text indexes of table `name`, as (column, LanceDB index config)."""
+    from lancedb.index import FTS, Bitmap, BTree, LabelList  # lancedb is imported when a store opens
+
+    fts = FTS(base_tokenizer="whitespace", lower_case=True, stem=True, remove_stop_words=False, ascii_folding=True)
+    return {
+        sc.MEMORIES: [
+            ("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("team_id", BTree()),
+            ("status", Bitmap()), ("memory_type", Bitmap()), ("metadata_kv", LabelList()), ("keywords", fts),
+        ],
+        sc.MESSAGES: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("session_id", BTree())],
+        sc.EVENTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
+        sc.JOBS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
+        sc.VERDICTS: [("id", BTree()), ("org_id", Bitmap()), ("user_id", BTree())],
+        sc.ACCESS: [("org_id", Bitmap()), ("user_id", BTree()), ("memory_id", BTree())],
+    }[name]
+
+
 # The Lance file format of every table this store creates. The 2.2 format (pylance 14's default)
 # stores a page whose values are all equal as a constant, and reading a few rows of such a page
 # costs about as much as the whole page: with importance, oov, memory_type and metadata the same
@@ -91,6 +96,8 @@ class Tables:
         self.uri = uri
         self.read_consistency = read_consistency
         self.storage_options = storage_options or None
+        import lancedb  # heavy (about a second): imported when a store opens, not with the CLI
+
         try:
             self.db = lancedb.connect(uri, storage_options=self.storage_options, read_consistency_interval=read_consistency)
         except Exception as exc:
@@ -136,7 +143,7 @@ class Tables:
 
     def create_indexes(self, table: Any, name: str, *, replace: bool = False) -> None:
         """Build the table's scalar and full-text indexes that are missing (all of them with `replace`)."""
-        for column, config in INDEXES[name]:
+        for column, config in index_configs(name):
             # Several processes may open a new store at once: an index another one just built
             # is fine, and a commit conflict is retried.
             existing = {tuple(ix.columns) for ix in table.list_indices()}

@@ -9,6 +9,7 @@ Recency is one bounded term, so an old but relevant fact is never buried by age 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,8 +17,10 @@ import numpy as np
 
 from agent_memory.models import RecallMode, ScoreParts
 from agent_memory.settings import Settings
+from agent_memory.text import CJK_RANGES
 
 SECONDS_PER_DAY = 86_400.0
+_CJK = re.compile(f"[{CJK_RANGES}]")
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,19 @@ def idf(n: int, df: np.ndarray | int) -> np.ndarray:
 
 
 def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> tuple[np.ndarray, float]:
-    """BM25 of each document, and the query's idf mass: the sum of the idf of the query terms that
-    occur in the documents (see `keyword_scores`).
+    """BM25 of each document, and the query's idf mass: the sum of the idf of its terms (see
+    `keyword_scores`).
 
     The formula of the store's full-text index (k1 1.2, b 0.75); a query term counts once however
     often it is asked. One pass over the documents' terms, whatever the query's length; the arrays
-    hold only the query terms that occur. Terms no document holds add nothing: in Chinese most are
+    hold only the query terms that occur. A word no document holds counts in the mass with the
+    idf of the rarest term: a question about a "dish" that no memory names is not answered by the
+    memory that says "lovely" for its "love". A CJK term no document holds adds nothing: most are
     bigrams across word boundaries (什么语 gives 么语), which say nothing of what was asked.
     """
     n = len(documents)
     wanted = set(query)
+    unheld = wanted.copy()
     column: dict[str, int] = {}
     rows: list[int] = []
     columns: list[int] = []
@@ -129,14 +135,16 @@ def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> 
             if term in wanted:
                 rows.append(i)
                 columns.append(column.setdefault(term, len(column)))
+    unheld.difference_update(column)
+    missing = float(idf(n, 0)) * sum(1 for term in unheld if not _CJK.search(term)) if n else 0.0
     if not rows:
-        return np.zeros(n), 0.0
+        return np.zeros(n), missing
     tf = np.zeros((n, len(column)))
     np.add.at(tf, (rows, columns), 1.0)
     lengths = np.fromiter((len(d) for d in documents), dtype=np.float64, count=n)
     norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (lengths.mean() or 1.0))
     weights = idf(n, np.count_nonzero(tf, axis=0))
-    return (weights * tf * (BM25_K1 + 1) / (tf + norm[:, None])).sum(axis=1), float(weights.sum())
+    return (weights * tf * (BM25_K1 + 1) / (tf + norm[:, None])).sum(axis=1), float(weights.sum()) + missing
 
 
 def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) -> np.ndarray:

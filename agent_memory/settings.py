@@ -206,13 +206,13 @@ class RecallSettings(Group):
     """Recall: what each signal sees and weighs, the noise floor, and the search paths."""
 
     weight_semantic: float = Field(0.50, ge=0, description="Weight of vector similarity (weights are normalised to sum 1).")
-    weight_keyword: float = Field(0.40, ge=0, description="Weight of BM25.")
+    weight_keyword: float = Field(0.45, ge=0, description="Weight of BM25.")
     weight_recency: float = Field(0.08, ge=0, description="Weight of recency.")
     weight_importance: float = Field(0.07, ge=0, description="Weight of importance.")
     recency_half_life_days: float = Field(180.0, gt=0, description="Half-life of the recency signal.")
     semantic_scale: float = env("recall_semantic_scale", 0.5, ge=0, le=1,
                                 description="Cosine is scaled to the pool's best, but to at least this cosine.")
-    keyword_scale: float = env("recall_keyword_scale", 0.75, ge=0, le=5,
+    keyword_scale: float = env("recall_keyword_scale", 0.5, ge=0, le=5,
                                description="BM25 is scaled to the pool's best, but to at least this share of the query's idf mass.")
     min_score: float = env("recall_min_score", 0.1, ge=0, le=1,
                            description="The noise floor: hits whose fused score is under it are left out unless a search "

@@ -24,6 +24,8 @@ _TOKEN = re.compile(rf"[{CJK_RANGES}]+|[^\W_{CJK_RANGES}]+(?:['’][^\W_{CJK_RAN
 _CJK_RUN = re.compile(rf"^[{CJK_RANGES}]+$")
 # Han characters: the parts of a CJK run that the Chinese dictionary segments into words.
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# A clitic on an English word ("what's", "they're", "we'll"): a stop word with one is a stop word.
+_CLITIC = re.compile(r"['’](?:s|re|ve|ll|d|m)$")
 
 # Words too common to carry meaning in a memory or a question about one.
 ENGLISH_STOPWORDS = frozenset(
@@ -65,7 +67,7 @@ def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
                 words = [w for w in chinese_words(han) if w not in CHINESE_STOPWORDS]
                 out.extend(words)
                 out.extend(c for w in words for c in w if c not in CHINESE_STOPWORDS)
-        elif keep_stopwords or token not in ENGLISH_STOPWORDS:
+        elif keep_stopwords or _CLITIC.sub("", token) not in ENGLISH_STOPWORDS:
             out.append(token.replace("’", "'"))
     return out
 
@@ -122,7 +124,7 @@ def field_text(text: str) -> str:
     return " ".join(out)
 
 
-# The full-text index's analyser (storage/lance_store.py `_FTS`): whitespace tokens, lower-cased,
+# The full-text index's analyser (`storage.tables.index_configs`): whitespace tokens, lower-cased,
 # English-stemmed, ASCII-folded, tokens over 40 bytes dropped. `index_terms` applies the same steps
 # where BM25 is computed in process, so that both places score the same terms.
 _MAX_TOKEN_BYTES = 40

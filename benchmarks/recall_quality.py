@@ -18,7 +18,9 @@ picks one leave-one-conversation-out: the setting best on the other conversation
 scored on the one left out.
 
     .venv/bin/python benchmarks/recall_quality.py --set locomo-dev=../shared/data/locomo-dev \\
-        --set zh-dev=benchmarks/data/zh_dialogues/dev --name recall_quality_dev
+        --set zh-dev=benchmarks/data/zh_dialogues/dev \\
+        --set sample-en=examples/sample_history.jsonl,examples/sample_questions.jsonl#en \\
+        --set sample-zh=examples/sample_history.jsonl,examples/sample_questions.jsonl#zh --name recall_quality_dev
 """
 
 from __future__ import annotations
@@ -70,12 +72,14 @@ def plain_terms(text: str) -> list[str]:
     return out
 
 
-def _set_paths(spec: str) -> tuple[str, Path, Path]:
+def _set_paths(spec: str) -> tuple[str, Path, Path, str | None]:
+    """NAME=DIR or NAME=HISTORY,QUESTIONS, either with #CATEGORY to ask only that category's questions."""
     name, _, where = spec.partition("=")
+    where, _, category = where.partition("#")
     if "," in where:
         history, questions = where.split(",", 1)
-        return name, Path(history), Path(questions)
-    return name, Path(where) / "history.jsonl", Path(where) / "questions.jsonl"
+        return name, Path(history), Path(questions), category or None
+    return name, Path(where) / "history.jsonl", Path(where) / "questions.jsonl", category or None
 
 
 def _metrics(ranked: list[str], evidence: set[str]) -> dict[str, float]:
@@ -178,7 +182,7 @@ def grid(stored: list[tuple[str, Any, list[dict[str, Any]]]], base: Settings,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", action="append", required=True, metavar="NAME=DIR|NAME=HISTORY,QUESTIONS")
+    parser.add_argument("--set", action="append", required=True, metavar="NAME=DIR|NAME=HISTORY,QUESTIONS[#CATEGORY]")
     parser.add_argument("--name", default="recall_quality", help="results file name (benchmarks/results/NAME.json)")
     parser.add_argument("--grid", action="store_true", help="also score the fusion grid and leave-one-out choices")
     parser.add_argument("--grid-spec", default=None, metavar="JSON",
@@ -199,8 +203,8 @@ def main() -> int:
         stored = []
         services = []
         for spec in args.set:
-            name, history, questions_path = _set_paths(spec)
-            questions = load_questions(questions_path)
+            name, history, questions_path, category = _set_paths(spec)
+            questions = [q for q in load_questions(questions_path) if category in (None, q.get("category"))]
             settings = base.replace(storage_uri=os.path.join(tmp, name))
             reuse = Path(settings.storage.uri).exists()
             service = open_service(settings)

@@ -15,6 +15,8 @@ from agent_memory.text import chinese_words, cjk_share, index_terms, keyword_tex
 
 def test_english_terms_drop_stopwords_and_lowercase() -> None:
     assert terms("I prefer Python for the Backend") == ["prefer", "python", "backend"]
+    # A stop word with a clitic is a stop word; a content word keeps its possessive (stemmed away later).
+    assert terms("What's the user's IDE? They're sure we'll go") == ["user's", "ide", "sure", "go"]
 
 
 def test_chinese_becomes_bigrams_and_dictionary_words_and_mixed_text_keeps_words() -> None:
@@ -98,11 +100,15 @@ def test_a_weak_best_match_stays_weak() -> None:
     assert scoring.keyword_scores(np.array([8.0, 2.0]), idf_mass=None, share=0.5).tolist() == pytest.approx([1.0, 0.25])
 
 
-def test_idf_mass_counts_the_query_terms_that_occur() -> None:
+def test_idf_mass_counts_every_query_word_and_the_cjk_terms_that_occur() -> None:
     docs = [["zed", "editor"], ["tea"], ["tea", "green"], ["coffee"]]
     scores, mass = scoring.bm25_with_mass(["zed", "tea", "absent"], docs)
     assert scores.tolist() == pytest.approx(scoring.bm25(["zed", "tea", "absent"], docs).tolist())
-    assert mass == pytest.approx(float(scoring.idf(4, 1) + scoring.idf(4, 2)))
+    # A word no memory holds weighs as the rarest term: the best match of the others stays partial.
+    assert mass == pytest.approx(float(scoring.idf(4, 1) + scoring.idf(4, 2) + scoring.idf(4, 0)))
+    # A CJK term no memory holds (a bigram across words, 么语 of 什么语言) adds nothing.
+    assert scoring.bm25_with_mass(["zed", "么语"], docs)[1] == pytest.approx(float(scoring.idf(4, 1)))
+    assert scoring.bm25_with_mass(["absent"], docs)[1] == pytest.approx(float(scoring.idf(4, 0)))
     # A document of average length holding each found term once scores about the mass.
     average = scoring.bm25(["zed", "tea"], [*docs, ["zed", "tea"]])
     assert average[-1] == pytest.approx(scoring.bm25_with_mass(["zed", "tea"], [*docs, ["zed", "tea"]])[1], rel=0.25)

@@ -40,12 +40,12 @@ class ScoreArrays:
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the fused score; only their ratios matter."""
+    """Weights of the fused score; only their ratios matter (the defaults are the settings')."""
 
-    semantic: float = 0.50
-    keyword: float = 0.40
-    recency: float = 0.08
-    importance: float = 0.07
+    semantic: float
+    keyword: float
+    recency: float
+    importance: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Weights:
@@ -119,9 +119,9 @@ def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> 
 
     The formula of the store's full-text index (k1 1.2, b 0.75); a query term counts once however
     often it is asked. One pass over the documents' terms, whatever the query's length; the arrays
-    hold only the query terms that occur. A word no document holds counts in the mass with the
-    idf of the rarest term: a question about a "dish" that no memory names is not answered by the
-    memory that says "lovely" for its "love". A CJK term no document holds adds nothing: most are
+    hold only the query terms that occur. A word no document holds counts in the mass with the idf
+    of a term of document frequency 0 (above that of any term a document holds): a question about
+    a "dish" that no memory names is not answered by the memory that says "lovely" for its "love". A CJK term no document holds adds nothing: most are
     bigrams across word boundaries (什么语 gives 么语), which say nothing of what was asked.
     """
     n = len(documents)

@@ -96,8 +96,9 @@ class EmbedderDeployment:
     def __init__(self, settings: Settings) -> None:
         from ray import serve
 
-        # `embed_one`: one text per caller; concurrent callers share a model call.
-        self.embed_one = serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)(self._embed_batch)
+        # The instance's `embed_one` takes one text per caller and hands the texts of concurrent
+        # callers to the method of that name (Serve's batch metrics keep its name).
+        self.embed_one = serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)(self.embed_one)
         self._embedder = build_embedder(settings)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._batch_sizes = metrics.embed_batch_size()
@@ -122,7 +123,7 @@ class EmbedderDeployment:
         # The model runs off the event loop, so requests keep queueing (and batching) meanwhile.
         return await loop.run_in_executor(self._executor, work)
 
-    async def _embed_batch(self, texts: list[str]) -> list[tuple[np.ndarray, float]]:
+    async def embed_one(self, texts: list[str]) -> list[tuple[np.ndarray, float]]:
         """The texts of concurrent `embed_one` callers, in one model call."""
         self._batch_sizes.observe(len(texts), tags={"path": "embedder"})
         vectors, shares = await self._run(texts)

@@ -30,10 +30,10 @@ from storage import open_store
 from storage.connect import open_service
 from storage.tables import CommitRetries
 
-# Serve's own logger: its JSON encoding (set in cluster/serve_config.yaml) adds request ids.
 if TYPE_CHECKING:
     from ray.serve.handle import DeploymentHandle
 
+# Serve's own logger: its JSON encoding (set in cluster/serve_config.yaml) adds request ids.
 log = logging.getLogger("ray.serve")
 
 

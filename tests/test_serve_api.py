@@ -333,3 +333,28 @@ def test_no_input_answers_500(api) -> None:
     listed = c.get("/v1/memories", params={"user_id": user, "limit": 1000}).json()["memories"]
     assert len({m["id"] for m in listed}) == len(listed)
     assert all(m["content"] for m in listed)
+
+
+def test_the_embedder_deployment_batches_one_text_per_caller(serve_app) -> None:
+    """`embed_one` is the query path where the Embedder holds a GPU: concurrent callers share a
+    model call, its batching is tuned at runtime, and each caller gets its own text's vector."""
+    import asyncio
+
+    import numpy as np
+    from ray import serve
+
+    texts = [f"the user's note number {i}" for i in range(12)] + ["退款需要两级审批"]
+
+    async def ask() -> tuple[list, tuple]:
+        # The Serve switches of the app route a handle's calls in the caller's event loop, as
+        # the replicas do: the handle is made and used inside this one.
+        handle = serve.get_deployment_handle("Embedder", app_name="agent-memory")
+        one = await asyncio.gather(*[handle.embed_one.remote(t) for t in texts])
+        return one, await handle.embed_many.remote(texts)
+
+    loop = asyncio.new_event_loop()  # left open: Serve's router keeps a reference to it
+    one, (vectors, shares) = loop.run_until_complete(ask())
+    assert len(one) == len(texts)
+    for i, (vector, share) in enumerate(one):
+        assert np.allclose(vector, vectors[i], atol=1e-4) and share == pytest.approx(shares[i])
+    assert one[-1][1] > 0.5 > one[0][1]  # the Chinese text is mostly out of the model's vocabulary

@@ -121,8 +121,9 @@ def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> 
     often it is asked. One pass over the documents' terms, whatever the query's length; the arrays
     hold only the query terms that occur. A word no document holds counts in the mass with the idf
     of a term of document frequency 0 (above that of any term a document holds): a question about
-    a "dish" that no memory names is not answered by the memory that says "lovely" for its "love". A CJK term no document holds adds nothing: most are
-    bigrams across word boundaries (什么语 gives 么语), which say nothing of what was asked.
+    a "dish" that no memory names is not answered by the memory that says "lovely" for its "love".
+    A CJK term no document holds adds nothing: most are bigrams across word boundaries (什么语
+    gives 么语), which say nothing of what was asked.
     """
     n = len(documents)
     wanted = set(query)

@@ -43,6 +43,8 @@ class ImportResult:
     memories: int = 0
     memories_written: int = 0
     memories_skipped: int = 0
+    memories_reinforced: int = 0
+    memories_superseded: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
     rejects_by_reason: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
@@ -62,6 +64,7 @@ class ImportResult:
             "rows_rejected": self.rows_rejected, "rejects_by_reason": self.rejects_by_reason,
             "messages": self.messages, "messages_logged": self.messages_logged, "memories": self.memories,
             "memories_written": self.memories_written, "memories_skipped": self.memories_skipped,
+            "memories_reinforced": self.memories_reinforced, "memories_superseded": self.memories_superseded,
             "redactions": dict(sorted(self.redactions.items())), "duration_s": round(self.duration_s, 3),
             "rows_per_s": round(self.rows_per_s, 1), "embedding_model": self.embedding_model,
             "report_path": self.report_path, "rejects_path": self.rejects_path,

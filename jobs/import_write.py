@@ -45,6 +45,7 @@ class ImportWriter:
         if self.service is None:
             self.service = open_service(self.settings, embedder=embedder, with_embedder=False, store=self._store,
                                         model=(model, dim))
+        self.result.embedding_model = model
         return self.service
 
     def commit_messages(self, message_json: Sequence[str], service: MemoryService) -> None:
@@ -88,7 +89,12 @@ class ImportWriter:
         for (org_id, _user), turns in sorted(self.turns.items()):
             turns.sort(key=lambda m: (m.created_at, m.session_id, m.message_id))
             extracted = extract_and_store(self.service, org_id, turns, mode, actor="import", extractor=extractor)
+            # What extraction made of the turns: new memories, restatements folded into one the
+            # user had, and candidates already stored by an earlier run of the same file.
+            self.result.memories += len(extracted.created) + len(extracted.reinforced) + extracted.unchanged
             self.result.memories_written += len(extracted.created)
+            self.result.memories_reinforced += len(extracted.reinforced)
+            self.result.memories_superseded += len(extracted.superseded)
             self.result.memories_skipped += extracted.unchanged
 
 

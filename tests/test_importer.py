@@ -313,7 +313,10 @@ def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_se
     assert store.get_job(OrgScope("other-org"), job_id) is None
 
 
-def test_rules_mode_import_stores_only_extracted_facts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_rules_mode_import_reports_the_memories_it_stored(tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
+    if engine == "ray":
+        request.getfixturevalue("ray_session")
     path = tmp_path / "rules.jsonl"
     rows = [
         {"user_id": "r1", "session_id": "s1", "role": "user", "content": "Hi there, nice weather today!",
@@ -322,17 +325,29 @@ def test_rules_mode_import_stores_only_extracted_facts(tmp_path: Path) -> None:
          "message_id": "b", "created_at": "2025-01-02T10:01:00+00:00"},
         {"user_id": "r1", "session_id": "s1", "role": "user", "content": "以后都用中文回答我。",
          "message_id": "c", "created_at": "2025-01-02T10:02:00+00:00"},
+        {"user_id": "r2", "session_id": "s1", "role": "user", "content": "I live in Lisbon.",
+         "message_id": "d", "created_at": "2025-01-02T10:00:00+00:00"},
+        {"user_id": "r2", "session_id": "s2", "role": "user", "content": "I moved to Porto last month.",
+         "message_id": "e", "created_at": "2025-02-02T10:00:00+00:00"},
     ]
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
     settings = _settings(tmp_path)
-    result = run_import(settings, _options(tmp_path, path, mode="rules", engine="local"))
-    assert result.messages == 3
+    report = tmp_path / "report.json"
+    result = run_import(settings, _options(tmp_path, path, mode="rules", engine=engine, report_path=str(report)))
+    assert result.messages == result.messages_logged == 5
     store = LanceStore(settings.storage.uri, embedding_model=None, embedding_dim=None)
     memories = maintenance_of(store).table("memories").to_arrow().to_pylist()
-    assert result.memories_written == len(memories) > 0
-    contents = " ".join(m["content"] for m in memories)
-    assert "Neovim" in contents and "中文" in contents and "weather" not in contents
-    assert maintenance_of(store).table("messages").count_rows() == 3
+    active = [m for m in memories if m["status"] == "active"]
+    # What the report says is what the store holds: every memory made, the one a move retired.
+    assert result.memories == result.memories_written == len(memories) == 4
+    assert (len(active), result.memories_superseded, result.memories_skipped) == (3, 1, 0)
+    assert result.embedding_model == store.embedding_model
+    assert json.loads(report.read_text())["memories_written"] == 4
+    contents = " ".join(m["content"] for m in active)
+    assert "Neovim" in contents and "中文" in contents and "Porto" in contents and "weather" not in contents
+    again = run_import(settings, _options(tmp_path, path, mode="rules", engine=engine, report_path=str(report)))
+    assert (again.messages_logged, again.memories, again.memories_written, again.memories_skipped) == (0, 4, 0, 4)
+    assert maintenance_of(store).table("memories").count_rows() == 4
 
 
 def test_import_into_an_open_service_is_the_local_engine_on_its_store(

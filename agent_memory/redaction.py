@@ -93,6 +93,23 @@ def _is_token(m: re.Match[str]) -> bool:
 
 _Check = Callable[[re.Match[str]], bool]
 
+
+def _introduced(words: str, number: str) -> re.Pattern[str]:
+    """A number the text introduces as what it is ("身份证号 1101...", "card number: 4111 ..."): the
+    key word, a few joining characters (号, 码, 是, a colon, "number is"), then the number as `v`.
+
+    Such a number is redacted whatever its checksum: a mistyped or made-up id is still given as
+    somebody's id.
+    """
+    joint = r"(?:\s*(?:号码|号|码|(?i:number|no\.?|#))?\s*(?:是|为|(?i:is))?\s*[:：=]?\s*)"
+    return re.compile(rf"(?:{words}){joint}" + _NL + rf"(?P<v>{number})" + _NR)
+
+
+# Key words that introduce an identity document's number, a card's, a phone's; `(?i:...)` scoped.
+_ID_WORDS = r"身份证|证件|护照|(?<![A-Za-z])(?i:id|passport|identity card|national id)(?![A-Za-z])"
+_CARD_WORDS = r"银行卡|信用卡|储蓄卡|借记卡|卡号|(?<![A-Za-z])(?i:card|credit card|debit card|account)(?![A-Za-z])"
+_PHONE_WORDS = r"手机|电话|联系方式|微信|(?<![A-Za-z])(?i:phone|mobile|cell|tel|telephone|whatsapp|call me at)(?![A-Za-z])"
+
 # (kind, pattern, check): rows run top to bottom. A named group "v" means "replace only this part"
 # (the keyword stays); check=None accepts every match.
 _RULES: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
@@ -137,11 +154,13 @@ _RULES: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
         ),
         _is_secret,
     ),
+    ("cn_id", _introduced(_ID_WORDS, r"[0-9]{17}[0-9Xx]|[0-9]{15}"), None),
     (
         "cn_id",
         re.compile(_NL + r"[1-9][0-9]{5}(?:18|19|20)[0-9]{2}[01][0-9][0-3][0-9]{4}[0-9Xx]" + _NR),
         _is_cn_id,
     ),
+    ("bank_card", _introduced(_CARD_WORDS, r"[0-9]{12,19}|[0-9]{4}(?:[ -][0-9]{4}){2,3}(?:[ -][0-9]{1,3})?"), None),
     # Grouped 19-digit cards get their own row: as an optional tail of the 16-digit form, the tail
     # would swallow a following "12" of "4111 1111 1111 1111 12/29", fail Luhn and leak the card.
     ("bank_card", re.compile(_NL + r"[0-9]{4}(?:[ -][0-9]{4}){3}[ -][0-9]{3}" + _NR), _is_card),
@@ -156,6 +175,7 @@ _RULES: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
         ),
         _is_card,
     ),
+    ("phone", _introduced(_PHONE_WORDS, r"\+?[0-9](?:[ .-]?[0-9]){6,14}"), None),
     (
         "phone",
         re.compile(

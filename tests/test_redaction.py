@@ -162,19 +162,49 @@ def test_ordinary_text_is_unchanged(r: Redactor, text: str) -> None:
         ("5555-5555-5555-4445", False),
     ],
 )
-def test_bank_card_requires_luhn(r: Redactor, number: str, is_card: bool) -> None:
-    out = r.redact(f"card {number} on file")
-    assert (out.text == "card [BANK_CARD] on file") is is_card
-    assert (out.text == f"card {number} on file") is not is_card
+def test_a_bare_bank_card_needs_luhn_and_one_introduced_as_a_card_does_not(
+    r: Redactor, number: str, is_card: bool
+) -> None:
+    out = r.redact(f"ref {number} on file")
+    assert (out.text == "ref [BANK_CARD] on file") is is_card
+    assert (out.text == f"ref {number} on file") is not is_card
+    for said in (f"card {number} on file", f"my credit card number is {number}", f"信用卡卡号：{number}"):
+        assert r.redact(said).counts == {"bank_card": 1}, said
 
 
-def test_cn_id_requires_check_digit_and_birth_date(r: Redactor) -> None:
+def test_a_bare_cn_id_needs_check_digit_and_birth_date_one_introduced_as_an_id_does_not(r: Redactor) -> None:
     wrong_check = VALID_ID[:17] + "1"
     bad_date = cn_id("11010519491331002")  # month 13, check digit still "valid"
     future = cn_id("11010521991231002")  # born 2199
     for number in (wrong_check, bad_date, future):
-        assert r.redact_text(f"ID {number} end") == f"ID {number} end"
-    assert r.redact_text(f"ID {VALID_ID.lower()} end") == "ID [CN_ID] end"
+        assert r.redact_text(f"ref {number} end") == f"ref {number} end"
+        # A mistyped or made-up id given as an id is still somebody's id.
+        assert r.redact_text(f"ID {number} end") == "ID [CN_ID] end"
+        assert r.redact_text(f"我的身份证号{number}，帮我记一下") == "我的身份证号[CN_ID]，帮我记一下"
+        assert r.redact_text(f"passport no. {number}") == "passport no. [CN_ID]"
+    assert r.redact_text(f"ref {VALID_ID.lower()} end") == "ref [CN_ID] end"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("手机 1380013800 别打错", "手机 [PHONE] 别打错"),  # ten digits: no mobile pattern of its own
+        ("我的电话是 8765 4321", "我的电话是 [PHONE]"),
+        ("mobile: 07700 900 12", "mobile: [PHONE]"),
+        ("call me at 020 7946 0958", "call me at [PHONE]"),
+    ],
+)
+def test_a_number_introduced_as_a_phone_is_redacted(r: Redactor, text: str, expected: str) -> None:
+    assert r.redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["I have 2 phones, 10 cards and 3 IDs", "card game 2024 edition", "我有3个手机号，2张卡", "the ID column holds 42",
+     "phone battery at 15%", "卡号后四位 1234"],
+)
+def test_key_words_alone_redact_nothing(r: Redactor, text: str) -> None:
+    assert r.redact_text(text) == text
 
 
 def test_placeholders_are_never_rematched(r: Redactor) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_memory.merge import KEPT_APART
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.stance import Stance, stance
@@ -86,6 +87,9 @@ class _Texts:
     unreadable: list[bool]
     named: list[tuple[frozenset[str], frozenset[str]]]
     owned: list[frozenset[str]]
+    # Memories restored apart from one another (an undone merge): never linked again.
+    ids: list[str]
+    apart: list[frozenset[str]]
 
     @classmethod
     def of(cls, records: Sequence[MemoryRecord], settings: Settings) -> _Texts:
@@ -101,10 +105,18 @@ class _Texts:
             unreadable=[r.oov > settings.consolidation.oov_guard for r in records],
             named=[(names(t), word_set(t)) for t in said],
             owned=[owned_terms(t) for t in said],
+            ids=[r.id for r in records],
+            apart=[frozenset(str(x) for x in (r.metadata or {}).get(KEPT_APART) or ()) for r in records],
         )
 
+    def kept_apart(self, i: int, j: int) -> bool:
+        """Whether one of the two was restored apart from the other."""
+        return self.ids[j] in self.apart[i] or self.ids[i] in self.apart[j]
+
     def agree(self, i: int, j: int) -> bool:
-        """The same negation, people, time and intent, and the same names."""
+        """The same negation, people, time and intent, and the same names; never two kept apart."""
+        if self.kept_apart(i, j):
+            return False
         (names_i, words_i), (names_j, words_j) = self.named[i], self.named[j]
         return self.stances[i] == self.stances[j] and names_i <= words_j and names_j <= words_i
 
@@ -160,7 +172,8 @@ def _link_readable(texts: _Texts, vectors: np.ndarray, settings: Settings, links
             if j <= i:
                 continue
             if keys[i] == keys[j]:
-                links[i][j] = links[j][i] = 1.0
+                if not texts.kept_apart(i, j):
+                    links[i][j] = links[j][i] = 1.0
                 continue
             kind = rewording(sequences[i], sequences[j], owned[i] | owned[j]) if texts.agree(i, j) else None
             similarity = float(sims[a_local, b])
@@ -207,7 +220,7 @@ def _link_duplicates(texts: _Texts, links: Links) -> None:
     for same in by_key.values():
         for a in same:
             for b in same:
-                if a != b:
+                if a != b and not texts.kept_apart(a, b):
                     links[a][b] = 1.0
 
 

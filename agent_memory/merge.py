@@ -37,3 +37,27 @@ def superseded(record: MemoryRecord, by_id: str, now: datetime) -> MemoryRecord:
     retired.valid_to = now
     retired.updated_at = now
     return retired
+
+
+# A memory's metadata key listing the memories it was restored apart from: consolidation never
+# merges it with them again, so an undone merge stays undone.
+KEPT_APART = "kept_apart_from"
+
+
+def restored(record: MemoryRecord, now: datetime) -> MemoryRecord:
+    """A superseded record made active again, kept apart from the memory that had replaced it."""
+    back = record.model_copy(deep=True)
+    apart = [str(i) for i in (back.metadata or {}).get(KEPT_APART) or []]
+    if record.superseded_by and record.superseded_by not in apart:
+        apart.append(record.superseded_by)
+    back.metadata = {**(back.metadata or {}), KEPT_APART: apart}
+    back.status = "active"
+    back.superseded_by = None
+    back.valid_to = None
+    back.updated_at = now
+    return back
+
+
+def kept_apart(a: MemoryRecord, b: MemoryRecord) -> bool:
+    """Whether either memory was restored apart from the other (an undone merge or supersede)."""
+    return b.id in ((a.metadata or {}).get(KEPT_APART) or ()) or a.id in ((b.metadata or {}).get(KEPT_APART) or ())

@@ -285,7 +285,7 @@ class MemoryEvent(BaseModel):
     user_id: str
     memory_id: str | None
     action: Literal[
-        "created", "updated", "reinforced", "superseded", "merged", "expired", "deleted", "erased"
+        "created", "updated", "reinforced", "superseded", "merged", "restored", "expired", "deleted", "erased"
     ]
     actor: str
     created_at: datetime

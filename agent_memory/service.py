@@ -301,6 +301,11 @@ class MemoryService:
         """Retire `old` in favour of the memory `new_id` (a contradiction: the newer fact wins)."""
         self.writes.supersede(scope, old, new_id, actor=actor)
 
+    def restore(self, scope: Scope, memory_id_: str, *, actor: str = "api") -> MemoryRecord:
+        """Undo a wrong supersede or merge: the superseded memory is active again (409 otherwise)."""
+        back = self.writes.restore(scope, self._stored(scope, memory_id_), actor=actor)
+        return self._with_pending_access(scope, [back])[0]
+
     # -- recall --------------------------------------------------------------------------------
 
     def recall(self, org_id: str, query: SearchQuery | dict[str, Any]) -> RecallResult:

@@ -15,7 +15,7 @@ from agent_memory.audit import audit_view, memory_event
 from agent_memory.embedding import Embedder
 from agent_memory.errors import ConflictError, NotFoundError
 from agent_memory.ids import stable_id
-from agent_memory.merge import merge_records, superseded
+from agent_memory.merge import merge_records, restored, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, OrgScope, Scope
 from agent_memory.store import MemoryStore
 
@@ -208,6 +208,24 @@ class Writes:
             old, "superseded", actor, before={"status": old.status},
             after={"status": "superseded", "superseded_by": new_id},
         )])
+
+    def restore(self, scope: Scope, record: MemoryRecord, *, actor: str) -> MemoryRecord:
+        """Make a superseded memory active again (undo a wrong merge or supersede), with an event.
+
+        The memory that replaced it stays as it is; the two are kept apart from then on, so that
+        consolidation does not merge them again.
+        """
+        if record.status != "superseded":
+            raise ConflictError(f"memory {record.id} is {record.status}: only a superseded memory can be restored",
+                                code="not_superseded")
+        back = restored(record, self.clock())
+        if not self.store.replace_memories(scope, [back]):
+            raise NotFoundError(f"memory {record.id} not found")
+        self.store.append_events(scope, [self._event(
+            back, "restored", actor, before={"status": record.status, "superseded_by": record.superseded_by},
+            after={"status": "active"},
+        )])
+        return back
 
     def _event(self, record: MemoryRecord, action: str, actor: str, **change: Any) -> MemoryEvent:
         return memory_event(record, action, actor, self.clock(), **change)

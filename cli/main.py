@@ -93,6 +93,13 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
+    with open_service(settings, with_embedder=False, with_maintenance=True) as service:
+        record = service.restore(Scope.user(args.org_id, args.user_id), args.memory_id, actor="cli")
+    _print_json(record.public())
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     with open_service(settings, with_embedder=False, with_maintenance=True) as service:
         _print_json(service.stats(args.org_id))
@@ -301,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-id", default=None)
     p.add_argument("--yes", action="store_true", help="erase the whole user without asking")
     p.set_defaults(func=cmd_forget)
+
+    p = data_command("restore", "make a superseded memory active again (undo a wrong merge or supersede)")
+    p.add_argument("--user-id", required=True)
+    p.add_argument("--memory-id", required=True)
+    p.set_defaults(func=cmd_restore)
 
     p = data_command("stats", "what the store holds")
     p.set_defaults(func=cmd_stats, org_id=None)

@@ -215,6 +215,15 @@ class IngressDeployment:
         )
         return {"deleted": memory_id}
 
+    @app.post("/v1/memories/{memory_id}/restore", tags=["memories"])
+    async def restore_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+        """Undo a wrong supersede or merge: the superseded memory is active again (409 if it is not
+        superseded), with a `restored` event; consolidation keeps it apart from what replaced it."""
+        caller.require("writer")
+        return await self._writer.run.remote(
+            caller.org_id, "restore", Scope.user(caller.org_id, user_id), memory_id, actor=caller.key_id
+        )
+
     @app.get("/v1/memories/{memory_id}/history", tags=["memories"])
     async def history(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """The memory's audit events, oldest first."""

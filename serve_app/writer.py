@@ -250,8 +250,8 @@ class WriterDeployment:
         return {"ids": result.ids, "created": sorted(result.created)}
 
     async def run(self, org_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run a service change (update, delete, erase_user) in its turn."""
-        if method not in ("update", "delete", "erase_user"):
+        """Run a service change (update, delete, restore, erase_user) in its turn."""
+        if method not in ("update", "delete", "restore", "erase_user"):
             raise NotFoundError(f"no such operation {method}")
         fn = getattr(self._service, method)
         if method == "erase_user":

@@ -237,6 +237,33 @@ def test_second_run_is_a_no_op_even_after_recalls(service: MemoryService, clock:
                      for i, r in snapshot.items()}
 
 
+def test_a_restored_merge_stays_undone(service: MemoryService, clock: Clock) -> None:
+    a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
+    b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max", "importance": 0.2})
+    consolidate(service, clock)
+    assert memories_of(service)[b].superseded_by == a
+    back = service.restore(U, b, actor="alice")
+    assert (back.status, back.superseded_by, back.valid_to) == ("active", None, None)
+    rows = memories_of(service)
+    assert rows[a].status == rows[b].status == "active"
+    restored = service.history(U, b)[-1]
+    assert (restored.action, restored.actor) == ("restored", "alice")
+    assert restored.before == {"status": "superseded", "superseded_by": a} and restored.after == {"status": "active"}
+    # The next runs leave the two apart; only a superseded memory can be restored.
+    assert consolidate(service, clock)["memories_merged"] == 0
+    assert memories_of(service)[b].status == "active"
+    with pytest.raises(ConflictError, match="only a superseded memory"):
+        service.restore(U, b)
+    # The CLI does the same on the embedded store.
+    service.supersede(U, memories_of(service)[b], a)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["restore", "--org-id", "acme", "--user-id", "alice", "--memory-id", b,
+                     "--storage-uri", service.settings.storage.uri])
+    assert code == 0 and json.loads(out.getvalue())["status"] == "active"
+    assert memories_of(service)[b].status == "active"
+
+
 def test_users_are_never_merged_together(service: MemoryService, clock: Clock) -> None:
     a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max"})
     b = service.add("acme", {"user_id": "bob", "content": "My dog is called Max"})

@@ -141,6 +141,16 @@ def test_conversation_rules_extraction_supersedes_a_flip(api) -> None:
     assert not any("天气" in text for text in contents)
     old = c.get("/v1/memories", params={"user_id": user, "status": "superseded"}).json()["memories"]
     assert old and "VS Code" in old[0]["content"]
+    # A wrong supersede is undone by a writer: the old memory is active again, with an event.
+    restore = f"/v1/memories/{old[0]['id']}/restore"
+    assert api("acme-reader").post(restore, params={"user_id": user}).status_code == 403
+    back = c.post(restore, params={"user_id": user})
+    assert back.status_code == 200 and back.json()["status"] == "active" and back.json()["superseded_by"] is None
+    history = c.get(f"/v1/memories/{old[0]['id']}/history", params={"user_id": user}).json()["events"]
+    assert [e["action"] for e in history][-2:] == ["superseded", "restored"]
+    again = c.post(restore, params={"user_id": user})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "not_superseded"
+    assert c.post("/v1/memories/nope/restore", params={"user_id": user}).status_code == 404
 
 
 def test_import_job_over_http(api, serve_app) -> None:

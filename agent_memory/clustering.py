@@ -23,6 +23,7 @@ Pairs the rules refuse but that come close (near misses) may be put to a judge (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, zip_longest
@@ -36,13 +37,15 @@ from agent_memory.settings import Settings
 from agent_memory.stance import Stance, stance
 from agent_memory.text import terms
 from agent_memory.wording import (
-    adds_content,
     content_sequence,
     exact_key,
-    lexical_agreement,
+    lexical_features,
     names,
     owned_terms,
     rewording,
+    role_tokens,
+    swaps_roles,
+    weighted_overlap,
     without_function_words,
     word_set,
 )
@@ -90,6 +93,8 @@ class _Texts:
     # Memories restored apart from one another (an undone merge): never linked again.
     ids: list[str]
     apart: list[frozenset[str]]
+    roles: list[tuple[str, ...]]
+    features: list[frozenset[str]]
 
     @classmethod
     def of(cls, records: Sequence[MemoryRecord], settings: Settings) -> _Texts:
@@ -107,7 +112,18 @@ class _Texts:
             owned=[owned_terms(t) for t in said],
             ids=[r.id for r in records],
             apart=[frozenset(str(x) for x in (r.metadata or {}).get(KEPT_APART) or ()) for r in records],
+            roles=[role_tokens(t) for t in said],
+            features=[lexical_features(t) for t in said],
         )
+
+    def idf(self) -> dict[str, float]:
+        """Each feature's inverse document frequency over these memories."""
+        counts: dict[str, int] = {}
+        for own in self.features:
+            for feature in own:
+                counts[feature] = counts.get(feature, 0) + 1
+        n = len(self.features)
+        return {f: math.log(1 + n / c) for f, c in counts.items()}
 
     def kept_apart(self, i: int, j: int) -> bool:
         """Whether one of the two was restored apart from the other."""
@@ -118,7 +134,8 @@ class _Texts:
         if self.kept_apart(i, j):
             return False
         (names_i, words_i), (names_j, words_j) = self.named[i], self.named[j]
-        return self.stances[i] == self.stances[j] and names_i <= words_j and names_j <= words_i
+        return (self.stances[i] == self.stances[j] and names_i <= words_j and names_j <= words_i
+                and not swaps_roles(self.roles[i], self.roles[j]))
 
 
 def _links(
@@ -136,7 +153,7 @@ def _links(
     texts = _Texts.of(records, settings)
     judge_bar = settings.consolidation.judge_similarity if near_misses else 1.0
     cosine_misses = _link_readable(texts, vectors, settings, links, judge_bar)
-    _link_unreadable(texts, settings, links)
+    _link_lexical(texts, settings, links)
     _link_duplicates(texts, links)
     if not near_misses:
         return links, []
@@ -184,31 +201,44 @@ def _link_readable(texts: _Texts, vectors: np.ndarray, settings: Settings, links
     return misses
 
 
-def _link_unreadable(texts: _Texts, settings: Settings, links: Links) -> None:
-    """Link pairs with a text the model cannot read: the same content words, agreeing lexically.
+def _link_lexical(texts: _Texts, settings: Settings, links: Links) -> None:
+    """Link by wording, with the same stance and roles: a pair with a text the model cannot read
+    at an order-free lexical similarity (`weighted_overlap` of words and characters, idf over
+    these memories) of at least `consolidation_lexical_similarity`; any other pair when it says
+    the same content words, whatever its cosine ("I'm allergic to cats", "the user is allergic
+    to cats": the model scores the first person and the third apart).
 
-    Such texts embed alike, so their cosine says nothing: there a restatement must use the same
-    content words (only function words and order may differ). Equal content sets are found by
-    hashing, so this costs no pairwise pass.
+    Texts the model cannot read embed alike, so their cosine says nothing. Only pairs that share
+    a feature are compared (an inverted index), so a user with many memories costs no full
+    pairwise pass.
     """
-    contents, stripped, unreadable = texts.contents, texts.stripped, texts.unreadable
-    lexical_min = settings.consolidation.lexical_similarity
-    buckets: dict[frozenset[str], list[int]] = {}
-    for i, content in enumerate(contents):
-        if content:
-            buckets.setdefault(frozenset(content), []).append(i)
-    for same in buckets.values():
-        if len(same) < 2 or not any(unreadable[i] for i in same):
-            continue
-        for x, i in enumerate(same):
-            for j in same[x + 1 :]:
-                if not (unreadable[i] or unreadable[j]) or adds_content(contents[i], contents[j]):
-                    continue
-                if not texts.agree(i, j):
-                    continue
-                similarity = lexical_agreement(stripped[i], stripped[j])
-                if similarity >= lexical_min:
-                    links[i][j] = links[j][i] = similarity
+    bar = settings.consolidation.lexical_similarity
+    for similarity, i, j in _lexical_pairs(texts):
+        unreadable = texts.unreadable[i] or texts.unreadable[j]
+        if (similarity >= bar if unreadable else similarity >= 1.0 - 1e-9) and j not in links[i] and texts.agree(i, j):
+            links[i][j] = links[j][i] = similarity
+
+
+def _lexical_pairs(texts: _Texts) -> list[NearMiss]:
+    """(similarity, i, j) of every pair with an unreadable text that shares a feature with it, and
+    of every other pair with the same features."""
+    unreadable, features = texts.unreadable, texts.features
+    pairs: set[tuple[int, int]] = set()
+    same: dict[frozenset[str], list[int]] = {}
+    for i, own in enumerate(features):
+        if own:
+            same.setdefault(own, []).append(i)
+    for members in same.values():
+        pairs.update(combinations(members, 2))
+    if any(unreadable):
+        holders: dict[str, list[int]] = {}
+        for i, own in enumerate(features):
+            for feature in own:
+                holders.setdefault(feature, []).append(i)
+        for members in holders.values():
+            pairs.update((i, j) for i, j in combinations(members, 2) if unreadable[i] or unreadable[j])
+    idf = texts.idf() if pairs else {}
+    return [(weighted_overlap(features[i], features[j], idf), i, j) for i, j in sorted(pairs)]
 
 
 def _link_duplicates(texts: _Texts, links: Links) -> None:
@@ -225,17 +255,12 @@ def _link_duplicates(texts: _Texts, links: Links) -> None:
 
 
 def _lexical_misses(texts: _Texts, settings: Settings, links: Links) -> list[NearMiss]:
-    """Near misses where the model cannot read a text: unlinked pairs that agree, with a shared
-    content word and some lexical agreement (the judge reads the language the model cannot)."""
-    contents, stripped, unreadable = texts.contents, texts.stripped, texts.unreadable
+    """Near misses where the model cannot read a text: unlinked pairs that agree, with some
+    lexical similarity (the judge reads the language the model cannot)."""
     lexical_bar = settings.consolidation.judge_lexical_similarity
-    misses: list[NearMiss] = []
-    for i, j in combinations(range(len(contents)) if any(unreadable) else (), 2):
-        if (unreadable[i] or unreadable[j]) and j not in links[i] and contents[i] & contents[j] and texts.agree(i, j):
-            similarity = lexical_agreement(stripped[i], stripped[j])
-            if similarity >= lexical_bar:
-                misses.append((similarity, i, j))
-    return misses
+    return [(similarity, i, j) for similarity, i, j in _lexical_pairs(texts)
+            if (texts.unreadable[i] or texts.unreadable[j]) and similarity >= lexical_bar and j not in links[i]
+            and texts.agree(i, j)]
 
 
 class _JudgedPairs:
@@ -336,3 +361,58 @@ def cluster_memories(
                 clusters.append(Cluster(part[keep], others, min(pair_sims) if pair_sims else 1.0))
     clusters.sort(key=lambda c: c.canonical.id)
     return clusters
+
+
+def _signals(texts: _Texts, i: int, j: int, cosine: float, linked: bool, idf: dict[str, float]) -> dict[str, Any]:
+    (neg_i, people_i, time_i), (neg_j, people_j, time_j) = texts.stances[i], texts.stances[j]
+    return {
+        "linked": linked,
+        "exact": texts.keys[i] == texts.keys[j],
+        "kept_apart": texts.kept_apart(i, j),
+        "negation": [neg_i, neg_j],
+        "people": [sorted(people_i), sorted(people_j)],
+        "time": [sorted(time_i), sorted(time_j)],
+        "names": [sorted(texts.named[i][0]), sorted(texts.named[j][0])],
+        "roles_swapped": swaps_roles(texts.roles[i], texts.roles[j]),
+        "stance_agrees": texts.agree(i, j),
+        "wording": rewording(texts.sequences[i], texts.sequences[j], texts.owned[i] | texts.owned[j]),
+        "model_reads": not (texts.unreadable[i] or texts.unreadable[j]),
+        "cosine": round(cosine, 3),
+        "lexical": round(weighted_overlap(texts.features[i], texts.features[j], idf), 3),
+    }
+
+
+def pair_signals(a: MemoryRecord, b: MemoryRecord, vector_a: np.ndarray, vector_b: np.ndarray,
+                 settings: Settings) -> dict[str, Any]:
+    """What linking reads of one pair, and whether it links them (idf over the two alone)."""
+    texts = _Texts.of([a, b], settings)
+    links, _ = _links([a, b], np.stack([vector_a, vector_b]), settings)
+    return _signals(texts, 0, 1, float(np.dot(vector_a, vector_b)), 1 in links[0], texts.idf())
+
+
+def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings) -> list[dict[str, Any]]:
+    """Every pair of one user's memories that linking looked at closely, with the signals that
+    decided it (what `consolidate --dry-run` prints): pairs it linked, and pairs that came within
+    the judge's bars (a cosine of `consolidation_judge_similarity` where the model reads both, a
+    lexical similarity of `consolidation_judge_lexical_similarity` where it cannot)."""
+    out: list[dict[str, Any]] = []
+    partitions: dict[tuple[Any, ...], list[int]] = {}
+    for i, r in enumerate(records):
+        partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
+    for indices in partitions.values():
+        part = [records[i] for i in indices]
+        part_vectors = vectors[indices]
+        links, _ = _links(part, part_vectors, settings)
+        texts = _Texts.of(part, settings)
+        idf = texts.idf()
+        sims = part_vectors @ part_vectors.T
+        near = {(i, j) for i, j in combinations(range(len(part)), 2)
+                if j in links[i] or (not (texts.unreadable[i] or texts.unreadable[j])
+                                     and sims[i, j] >= settings.consolidation.judge_similarity)}
+        near |= {(i, j) for similarity, i, j in _lexical_pairs(texts)
+                 if similarity >= settings.consolidation.judge_lexical_similarity}
+        for i, j in sorted(near):
+            out.append({"a": {"id": part[i].id, "content": part[i].content},
+                        "b": {"id": part[j].id, "content": part[j].content},
+                        **_signals(texts, i, j, float(sims[i, j]), j in links[i], idf)})
+    return out

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agent_memory.clustering import Cluster, Judge, cluster_memories
+from agent_memory.clustering import Cluster, Judge, candidate_pairs, cluster_memories
 from agent_memory.judges import RememberedJudge, Summarize, build_judge, build_summarizer
 from agent_memory.models import MemoryRecord, Scope, index_text_of
 from agent_memory.settings import Settings
@@ -220,6 +220,8 @@ def consolidate_user(
     if dry_run:
         report.update(plan.counts())
         report["cluster_detail"] = [c.as_dict() for c in plan.clusters]
+        live = [k for k, r in enumerate(records) if r.status == "active"]
+        report["pair_detail"] = candidate_pairs([records[k] for k in live], vectors[live], service.settings)
         return report
     report["found"] = plan.counts()
     report.update(apply_plan(service, plan, now, summarize) if not plan.empty else dict.fromkeys(STEPS, 0))

@@ -18,10 +18,10 @@ _LATIN_WORD = re.compile(r"[a-z][a-z'\-]*")
 
 _NEGATION_WORDS = frozenset(
     """not no never nobody nothing none neither nor cannot without hate hates hated dislike dislikes
-    disliked avoid avoids stopped seldom rarely hardly barely""".split()
+    disliked avoid avoids avoided stopped seldom rarely hardly barely refuse refuses refused""".split()
 )
 # Chinese negators and verbs of aversion: a one-character difference that reverses the meaning.
-_NEGATION_CJK = ("不", "没", "别", "未", "无", "非", "讨厌", "不再", "戒")
+_NEGATION_CJK = ("不", "没", "别", "未", "无", "非", "讨厌", "不再", "戒", "拒绝", "从不", "免")
 # Words that contain a negator's character without negating ("特别" especially, "非常" very,
 # "未来" future) or that name someone else ("别人" others): taken out before negators are sought.
 _NOT_NEGATION_CJK = ("特别", "分别", "区别", "告别", "级别", "类别", "性别", "识别", "个别", "别人", "别墅", "非常",
@@ -55,11 +55,18 @@ _PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象",
 # "plans to" and "wants to" agree.
 _MODALITY_MARKS = {
     "past": (r"\bused to\b", r"\bformerly\b", r"\bpreviously\b", r"\bago\b", r"\blast (?:year|month|week)\b",
-             r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", "以前", "曾经", "过去", "去年", "从前"),
-    "intent": (r"\bwants? to\b", r"\bwould like to\b", r"\bplans? to\b", r"\bplanning to\b", r"\bthinking (?:about|of)\b",
-               r"\bconsidering\b", r"\bhopes? to\b", r"\bwish(?:es)?\b", r"\bintends? to\b",
-               r"\bgoing to (?!the\b|a\b|an\b|work\b|school\b|bed\b)", r"\bmight\b", r"\bmaybe\b",
-               "(?<![理思感梦回构幻猜])想(?!念|法)", "打算", "计划", "准备(?=去|要|买|考|换|学|搬|开|做)", "希望", "考虑"),
+             r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", r"\bback then\b", r"\bonce\b",
+             r"\bas a (?:kid|child|teen(?:ager)?|student)\b", r"\bwhen (?:i|he|she|they|the user) was\b",
+             r"\b(?:was|were)\b(?! born\b)", r"\bhad\b(?! to\b)", r"\bgrew up\b", r"\bquit\b", r"\bgave up\b",
+             "以前", "曾经", "曾", "过去", "去年", "从前", "小时候", "之前", "原来", "本来", "当年", "那时", "上学时",
+             "读书时", "年轻时"),
+    "intent": (r"\bwants? to\b", r"\bwould (?:like|love) to\b", r"\bplans? to\b", r"\bplanning to\b",
+               r"\bthinking (?:about|of)\b", r"\bconsidering\b", r"\bhopes? to\b", r"\bhoping to\b", r"\bwish(?:es)?\b",
+               r"\bintends? to\b", r"\bgoing to (?!the\b|a\b|an\b|work\b|school\b|bed\b)", r"\bmight\b", r"\bmaybe\b",
+               r"\bwill\b", r"\b(?:i|he|she|they)'ll\b", r"\bsomeday\b", r"\bone day\b", r"\bdreams? of\b",
+               r"\bnext (?:year|month|week|summer|spring|autumn|fall|winter)\b", r"\bsoon\b",
+               "(?<![理思感梦回构幻猜])想(?!念|法)", "打算", "计划", "准备(?=去|要|买|考|换|学|搬|开|做)", "希望", "考虑",
+               "将来", "明年", "下个月", "下周", "梦想", "有朝一日"),
 }
 _MODALITY_RES = {kind: re.compile("|".join(marks)) for kind, marks in _MODALITY_MARKS.items()}
 
@@ -93,6 +100,11 @@ def persons(text: str) -> frozenset[str]:
     lowered = _without(lowered, _NOT_PERSON_CJK)
     found.update(p for p in _PERSON_WORDS_CJK if p in lowered)
     return frozenset(found)
+
+
+def is_person_word(word: str) -> bool:
+    """Whether one word (English, lower-case, or Chinese) names a relation: "husband", "哥", "同事"."""
+    return word in _PERSON_WORDS_EN or word in _PERSON_WORDS_CJK
 
 
 def modality(text: str) -> frozenset[str]:

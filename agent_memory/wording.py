@@ -50,10 +50,19 @@ def names(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+_LETTERS_OR_DIGITS = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
+
+
 def word_set(text: str) -> frozenset[str]:
-    """Every word of a text, lower-cased, Latin words apart from CJK ones (what a name is sought in)."""
+    """Every word of a text, lower-cased, Latin words apart from CJK ones (what a name is sought in).
+
+    A name is spelt with or without its spaces ("Mate 60", "Mate60"): the letters and the digits of
+    a word count apart, and two neighbouring words together."""
     folded = unicodedata.normalize("NFKC", text).lower()
-    return frozenset(_NAME_TOKEN.findall(folded)) | frozenset(_LATIN_NAME_TOKEN.findall(folded))
+    latin = _LATIN_NAME_TOKEN.findall(folded)
+    pieces = {p for w in latin for p in _LETTERS_OR_DIGITS.findall(w)}
+    joined = {a + b for a, b in zip(latin, latin[1:], strict=False)}
+    return frozenset(_NAME_TOKEN.findall(folded)) | frozenset(latin) | pieces | joined
 
 
 def names_agree(a: str, b: str) -> bool:
@@ -82,19 +91,25 @@ _FUNCTION_WORDS_EN = frozenset(
     """now currently still also always often usually generally typically mostly mainly really quite very
     truly actually definitely certainly especially particularly lately nowadays these days much""".split()
 )
-_FUNCTION_WORDS_CJK = ("平常", "平时", "一般", "主要", "目前", "现在", "比较", "有点", "真的", "非常", "特别",
-                       "总是", "经常", "通常", "一直", "很", "也", "都", "还", "就", "的", "了", "着", "吧", "呢", "啊")
+_FUNCTION_WORDS_CJK = ("大多数时候", "大部分时候", "大部分时间", "说实话", "基本上", "一般来说", "平常", "平时", "一般",
+                       "主要", "目前", "现在", "比较", "有点", "真的", "非常", "特别", "总是", "经常", "常常", "通常",
+                       "往往", "一直", "其实", "确实", "基本", "大多", "挺", "蛮", "很", "也", "都", "还", "就", "的",
+                       "了", "着", "吧", "呢", "啊", "呀", "啦", "哦", "嘛", "呗", "哈", "哟", "咯", "是",
+                       # Light verbs: "进行开发" says "开发".
+                       "进行", "加以", "予以")
 
 
 # Chinese wordings that say the same with other characters, folded before comparing: "名叫" and
 # "叫做" are "叫" (is called); "我家的" (my household's) is "我的" for a pet, a car or a child.
-_CJK_EQUIVALENTS = (("我家的", "我的"), ("名叫", "叫"), ("叫做", "叫"))
+_CJK_EQUIVALENTS = (("我家的", "我的"), ("名叫", "叫"), ("叫做", "叫"), ("是一名", "是"), ("是一位", "是"), ("是个", "是"))
+# The user in the third person is the user in the first: "用户是左撇子" and "我是左撇子".
+_CJK_SUBJECT = (("用户的", "我的"), ("用户", "我"))
 
 
 def without_function_words(text: str) -> str:
     """The text, normalised, with possessive 's and the function words of both languages taken out."""
     lowered = normalize(text).replace("’", "'").replace("'s ", " ")
-    for variant, plain in _CJK_EQUIVALENTS:
+    for variant, plain in (*_CJK_EQUIVALENTS, *_CJK_SUBJECT):
         lowered = lowered.replace(variant, plain)
     for word in _FUNCTION_WORDS_CJK:
         lowered = lowered.replace(word, " ")
@@ -180,3 +195,101 @@ def exact_key(text: str) -> str:
     """
     return " ".join(_NAME_TOKEN.findall(normalize(text)))
 
+
+
+# -- who does what to whom --------------------------------------------------------------------
+
+# Words that join equals ("peanuts and mangoes", "花生和芒果"): which side of them a word is on
+# says nothing about its role. Articles and particles say nothing either.
+_SYMMETRIC = frozenset("and or & , 、 和 与 跟 及 或 以及 还有 同 is are be was were 是 为".split())
+# "my husband", "我哥": a possessive before a person names that person, not the user.
+_POSSESSIVES = frozenset("my our her his their 我 我们 她 他".split())
+_THE_USER = frozenset("user me my she her he him they them".split())
+_ROLE_NOISE = frozenset("a an the 的 了 着 过 啦 呀 吧 呢 啊 哦 嘛 个".split())
+_ROLE_TOKEN = re.compile(f"[{CJK_RANGES}]+|[^\\W_{CJK_RANGES}]+", re.UNICODE)
+
+
+def role_tokens(text: str) -> tuple[str, ...]:
+    """A statement's words in order (English stems, Chinese dictionary words), for `swaps_roles`:
+    the first person and "the user" are one word, as they are one person."""
+    from agent_memory.text import chinese_words
+
+    folded = normalize(text).replace("’", "'").replace("'s ", " 's ")
+    for variant, plain in _CJK_SUBJECT:
+        folded = folded.replace(variant, plain)
+    out: list[str] = []
+    for token in _ROLE_TOKEN.findall(folded):
+        if _CJK_CHAR.match(token):
+            out.extend(w for w in chinese_words(token) if w not in _ROLE_NOISE)
+        elif token not in _ROLE_NOISE:
+            out.append(token)
+    from agent_memory.stance import is_person_word
+
+    # "the user's cousin", "my husband", "我哥": the person, not the user, whose relation it is.
+    out = [w for k, w in enumerate(out) if not (
+        (w in _POSSESSIVES or (w == "user" and out[k + 1 : k + 2] == ["s"]))
+        and is_person_word(([x for x in out[k + 1 : k + 3] if x != "s"] or [""])[0]))]
+    out = [w for w in out if w != "s"]
+    latin = [i for i, w in enumerate(out) if not _CJK_CHAR.match(w)]
+    for i, stem in zip(latin, stem_words([out[i] for i in latin]), strict=True):
+        # A statement in memory is about the user: "she", "her" and "them" are the user.
+        out[i] = "i" if stem in _THE_USER else stem
+    return tuple(out)
+
+
+def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two statements put the same words in swapped roles around a word they share.
+
+    "I drink tea, not coffee" and "I drink coffee, not tea"; "Anna manages the user" and "the user
+    manages Anna"; "不喝咖啡只喝茶" and "不喝茶只喝咖啡"; "从 Go 迁移到 Java" and "从 Java 迁移到 Go":
+    around a shared word (not, manages, 只, 迁移) one word crosses from its left to its right and
+    another from its right to its left. Moving one phrase ("on weekends the user plays tennis",
+    "the user plays tennis on weekends") or swapping two equals ("花生和芒果", "芒果和花生")
+    crosses in one direction only, or across a word that joins equals, and is a restatement.
+    """
+    pos_a = {w: k for k, w in enumerate(a) if a.count(w) == 1}
+    pos_b = {w: k for k, w in enumerate(b) if b.count(w) == 1}
+    shared = [w for w in pos_a if w in pos_b]
+    if len(shared) < 3:
+        return False
+    for pivot in shared:
+        if pivot in _SYMMETRIC:
+            continue
+        left_to_right = right_to_left = False
+        for word in shared:
+            if word == pivot or word in _SYMMETRIC:
+                continue
+            left_a, left_b = pos_a[word] < pos_a[pivot], pos_b[word] < pos_b[pivot]
+            left_to_right |= left_a and not left_b
+            right_to_left |= left_b and not left_a
+        if left_to_right and right_to_left:
+            return True
+    return False
+
+
+# -- order-free lexical similarity, for texts the model cannot read -------------------------------
+
+
+def lexical_features(text: str) -> frozenset[str]:
+    """What a statement says, in any order: its content words (English stems, Chinese dictionary
+    words) and the single characters of its Chinese, function words, particles and the subject
+    ("用户", "我") taken out. Characters let a changed word meet its fact halfway."""
+    from agent_memory.text import chinese_words
+
+    out: set[str] = set()
+    for token in _ROLE_TOKEN.findall(without_function_words(text)):
+        if _CJK_CHAR.match(token):
+            words = [w for w in chinese_words(token) if w != "我"]
+            out.update(w for w in words if len(w) > 1)
+            out.update(c for w in words for c in w if c != "我")
+    for word in content_sequence(text):
+        if not _CJK_CHAR.match(word) and word != "user":
+            out.update(_LETTERS_OR_DIGITS.findall(word))  # "Mate60" is "Mate 60"
+    return frozenset(out)
+
+
+def weighted_overlap(a: frozenset[str], b: frozenset[str], idf: dict[str, float]) -> float:
+    """Dice overlap of two feature sets, each feature weighted by its idf over the user's memories:
+    what every memory of the user says ("喜欢", "工作") counts little, a rare word much."""
+    total = sum(idf.get(f, 1.0) for f in a) + sum(idf.get(f, 1.0) for f in b)
+    return 2 * sum(idf.get(f, 1.0) for f in a & b) / total if total else 0.0

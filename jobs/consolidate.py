@@ -238,6 +238,7 @@ def _totals(users: list[dict], dry_run: bool) -> dict[str, Any]:
                         for u in users if "error" in u]
     if dry_run:
         totals["cluster_detail"] = [c for u in users for c in u.get("cluster_detail", [])]
+        totals["pair_detail"] = [{"user_id": u["user_id"], **p} for u in users for p in u.get("pair_detail", [])]
     totals["users_changed"] = sum(1 for u in users if any(int(u.get(n, 0)) for n in COUNTS))
     judged = [u["judged"] for u in users if "judged" in u]
     if judged:

@@ -237,6 +237,35 @@ def test_second_run_is_a_no_op_even_after_recalls(service: MemoryService, clock:
                      for i, r in snapshot.items()}
 
 
+def test_reordered_and_reworded_chinese_merges_and_swapped_roles_never_do(service: MemoryService, clock: Clock) -> None:
+    same = [("用户主要使用 Python 进行开发。", "用户开发主要使用 Python。"),
+            ("我对花生和芒果过敏。", "我对芒果和花生过敏。"),
+            ("用户是左撇子。", "我是个左撇子呀"),
+            ("The user is allergic to cats.", "I'm allergic to cats.")]
+    swapped = [("I prefer trains over planes.", "I prefer planes over trains."),
+               ("我不喝咖啡，只喝茶。", "我不喝茶，只喝咖啡。"),
+               ("The user moved from Berlin to Munich.", "The user moved from Munich to Berlin."),
+               ("同事向用户借了钱。", "用户向同事借了钱。"),
+               ("My husband cooks and I do the dishes.", "I cook and my husband does the dishes.")]
+    texts = [t for pair in same + swapped for t in pair]
+    ids = dict(zip(texts, service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts]).ids,
+                   strict=True))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["consolidate", "--dry-run", "--engine", "local", "--storage-uri", service.settings.storage.uri])
+    plan = json.loads(out.getvalue())
+    merged = {frozenset([c["canonical"]["id"], *(m["id"] for m in c["merged"])]) for c in plan["cluster_detail"]}
+    assert merged == {frozenset((ids[a], ids[b])) for a, b in same}
+    # The dry run shows, for each pair it looked at, the signals that decided it.
+    signals = {frozenset((p["a"]["id"], p["b"]["id"])): p for p in plan["pair_detail"]}
+    for a, b in swapped:
+        shown = signals[frozenset((ids[a], ids[b]))]
+        assert shown["roles_swapped"] and not shown["stance_agrees"] and not shown["linked"], (a, b)
+    reordered = signals[frozenset((ids[same[0][0]], ids[same[0][1]]))]
+    assert reordered["linked"] and not reordered["model_reads"] and reordered["lexical"] >= 0.8
+    assert set(reordered) >= {"negation", "people", "time", "names", "wording", "cosine", "exact", "kept_apart"}
+
+
 def test_a_restored_merge_stays_undone(service: MemoryService, clock: Clock) -> None:
     a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
     b = service.add("acme", {"user_id": "alice", "content": "My dog is named Max", "importance": 0.2})

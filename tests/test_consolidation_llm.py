@@ -36,7 +36,7 @@ def test_llm_summary_becomes_the_merged_content(make_service: Any, clock: Clock)
 
 
 # The facts the loopback judge knows: it answers "same" for a pair whose texts share a fact here.
-FACTS = {"我最喜欢吃川菜": "sichuan", "川菜是我最喜欢的菜": "sichuan", "我最喜欢吃粤菜": "canton",
+FACTS = {"我最喜欢吃川菜": "sichuan", "川味菜是我的最爱": "sichuan", "我最喜欢吃粤菜": "canton",
          "The user was born in June": "june", "The user's birthday is in June": "june"}
 
 
@@ -65,7 +65,7 @@ def test_an_llm_judges_the_near_misses_the_rules_refuse(make_service: Any, clock
     assert report["clusters"] == 2 and report["memories_merged"] == 2 and report["errors"] == []
     assert report["judged"]["confirmed"] == 2 and report["judged"]["asked"] >= 3
     rows = memories_of(service)
-    for a, b in (("我最喜欢吃川菜", "川菜是我最喜欢的菜"), ("The user was born in June", "The user's birthday is in June")):
+    for a, b in (("我最喜欢吃川菜", "川味菜是我的最爱"), ("The user was born in June", "The user's birthday is in June")):
         assert sorted(rows[ids[t]].status for t in (a, b)) == ["active", "superseded"]
     for text in ("我最喜欢吃粤菜", "我爸最喜欢吃川菜", "The user's daughter was born in June"):
         assert rows[ids[text]].status == "active", text
@@ -81,7 +81,7 @@ def test_an_llm_judges_the_near_misses_the_rules_refuse(make_service: Any, clock
 
 
 def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock: Clock) -> None:
-    texts = ["我最喜欢吃川菜", "川菜是我最喜欢的菜", "My dog is called Max", "My dog is named Max"]
+    texts = ["我最喜欢吃川菜", "川味菜是我的最爱", "My dog is called Max", "My dog is named Max"]
     with scripted_llm() as llm:
         # The judge answers prose, then a pair that was not asked about, then JSON without its
         # field, then a verdict (no pair is the same); summaries work.
@@ -98,12 +98,12 @@ def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock:
 
 
 def test_verdicts_are_not_kept_for_a_user_erased_during_the_run(service: MemoryService, clock: Clock) -> None:
-    service.add_many("acme", [{"user_id": "alice", "content": t} for t in ("我最喜欢吃川菜", "川菜是我最喜欢的菜")])
+    service.add_many("acme", [{"user_id": "alice", "content": t} for t in ("我最喜欢吃川菜", "川味菜是我的最爱")])
     judge = RememberedJudge(lambda pairs: {0}, service.store, U, clock(), budget=10)
-    assert judge([("我最喜欢吃川菜", "川菜是我最喜欢的菜")]) == {0}
+    assert judge([("我最喜欢吃川菜", "川味菜是我的最爱")]) == {0}
     service.store.erase_user(U)  # between the question and the end of the user's plan
     judge.keep()
-    assert service.store.verdicts(U, [judge.pair_id("我最喜欢吃川菜", "川菜是我最喜欢的菜")]) == {}
+    assert service.store.verdicts(U, [judge.pair_id("我最喜欢吃川菜", "川味菜是我的最爱")]) == {}
     assert maintenance_of(service.store).table("verdicts").count_rows() == 0
 
 

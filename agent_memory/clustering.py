@@ -24,6 +24,7 @@ Pairs the rules refuse but that come close (near misses) may be put to a judge (
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, zip_longest
@@ -35,8 +36,9 @@ from agent_memory.merge import KEPT_APART
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.stance import Stance, stance
-from agent_memory.text import terms
+from agent_memory.text import CJK_RANGES, terms
 from agent_memory.wording import (
+    content_characters,
     content_sequence,
     exact_key,
     lexical_features,
@@ -49,6 +51,8 @@ from agent_memory.wording import (
     without_function_words,
     word_set,
 )
+
+_CJK_WORD = re.compile(f"^[{CJK_RANGES}]+$")
 
 # Given pairs of statements, the indices of the pairs that state the same fact (an LLM's
 # verdict), or None when it gave none (the model failed): then no pair is confirmed.
@@ -95,9 +99,12 @@ class _Texts:
     apart: list[frozenset[str]]
     roles: list[tuple[str, ...]]
     features: list[frozenset[str]]
+    chars: list[frozenset[str]]
+    # Each feature's idf over the user's memories of every status (stable from run to run), when given.
+    corpus_idf: dict[str, float] | None = None
 
     @classmethod
-    def of(cls, records: Sequence[MemoryRecord], settings: Settings) -> _Texts:
+    def of(cls, records: Sequence[MemoryRecord], settings: Settings, idf: dict[str, float] | None = None) -> _Texts:
         """The texts of `records` (what they say: `vector_text`), and which the model cannot read."""
         said = [r.vector_text for r in records]
         sequences = [content_sequence(t) for t in said]
@@ -114,16 +121,27 @@ class _Texts:
             apart=[frozenset(str(x) for x in (r.metadata or {}).get(KEPT_APART) or ()) for r in records],
             roles=[role_tokens(t) for t in said],
             features=[lexical_features(t) for t in said],
+            chars=[content_characters(t) for t in said],
+            corpus_idf=idf,
         )
 
     def idf(self) -> dict[str, float]:
-        """Each feature's inverse document frequency over these memories."""
-        counts: dict[str, int] = {}
-        for own in self.features:
-            for feature in own:
-                counts[feature] = counts.get(feature, 0) + 1
-        n = len(self.features)
-        return {f: math.log(1 + n / c) for f, c in counts.items()}
+        """Each feature's inverse document frequency over the user's memories (else these)."""
+        return self.corpus_idf if self.corpus_idf is not None else feature_idf(self.features)
+
+    def swapped(self, i: int, j: int) -> bool:
+        """Whether the two say another thing in the same frame: each has content characters the
+        other lacks ("最常去京东", "最常去天猫"; a synonym too), or one changes a word of the other
+        ("养了猫", "养了龙猫"). An added qualifier ("大多数时候") is a word of its own."""
+        a, b = self.chars[i], self.chars[j]
+        if a - b and b - a:
+            return True
+        for mine, other in ((i, b), (j, a)):
+            for word in self.features[mine]:
+                word = word.replace("我", "")  # the subject, folded out of the characters compared
+                if len(word) > 1 and _CJK_WORD.match(word) and any(c in other for c in word) and any(c not in other for c in word):
+                    return True
+        return False
 
     def kept_apart(self, i: int, j: int) -> bool:
         """Whether one of the two was restored apart from the other."""
@@ -138,8 +156,25 @@ class _Texts:
                 and not swaps_roles(self.roles[i], self.roles[j]))
 
 
+def feature_idf(features: Sequence[frozenset[str]]) -> dict[str, float]:
+    """Each lexical feature's inverse document frequency over a user's memories."""
+    counts: dict[str, int] = {}
+    for own in features:
+        for feature in own:
+            counts[feature] = counts.get(feature, 0) + 1
+    n = len(features)
+    return {f: math.log(1 + n / c) for f, c in counts.items()}
+
+
+def corpus_idf(records: Sequence[MemoryRecord]) -> dict[str, float]:
+    """The idf of `lexical_features` over memories of every status: superseded ones stay in it,
+    so a merge does not change the weights the next run compares with."""
+    return feature_idf([lexical_features(r.vector_text) for r in records])
+
+
 def _links(
-    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings, *, near_misses: bool = False
+    records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings, *, near_misses: bool = False,
+    idf: dict[str, float] | None = None,
 ) -> tuple[Links, list[NearMiss]]:
     """The may-merge graph of one partition (i -> {j: similarity}), and with `near_misses` the
     pairs the rules refused but that have the same stance and names, a shared content word, and a
@@ -150,7 +185,7 @@ def _links(
     links: Links = {i: {} for i in range(n)}
     if n < 2:
         return links, []
-    texts = _Texts.of(records, settings)
+    texts = _Texts.of(records, settings, idf)
     judge_bar = settings.consolidation.judge_similarity if near_misses else 1.0
     cosine_misses = _link_readable(texts, vectors, settings, links, judge_bar)
     _link_lexical(texts, settings, links)
@@ -215,7 +250,8 @@ def _link_lexical(texts: _Texts, settings: Settings, links: Links) -> None:
     bar = settings.consolidation.lexical_similarity
     for similarity, i, j in _lexical_pairs(texts):
         unreadable = texts.unreadable[i] or texts.unreadable[j]
-        if (similarity >= bar if unreadable else similarity >= 1.0 - 1e-9) and j not in links[i] and texts.agree(i, j):
+        close = similarity >= bar and not texts.swapped(i, j) if unreadable else similarity >= 1.0 - 1e-9
+        if close and j not in links[i] and texts.agree(i, j):
             links[i][j] = links[j][i] = similarity
 
 
@@ -328,8 +364,10 @@ def cluster_memories(
     vectors: np.ndarray,
     settings: Settings,
     judge: Judge | None = None,
+    idf: dict[str, float] | None = None,
 ) -> list[Cluster]:
-    """Clusters of restatements among one user's active memories (each of two or more)."""
+    """Clusters of restatements among one user's active memories (each of two or more); `idf`
+    weighs lexical features (`corpus_idf` of all the user's memories; else these)."""
     partitions: dict[tuple[Any, ...], list[int]] = {}
     for i, r in enumerate(records):
         # Merging across these would change what a typed, team or agent recall sees.
@@ -338,7 +376,7 @@ def cluster_memories(
     asking = _JudgedPairs(judge) if judge is not None else None
     for part_key, indices in enumerate(partitions.values()):
         part = [records[i] for i in indices]
-        links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None)
+        links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None, idf=idf)
         # Survivor -> the partition indices it stands for; repeat until nothing more merges. The
         # judge is asked only when the rules' links are used up, and only about survivors: a
         # merge's survivor may lack a link its absorbed memories had, so it is asked again.
@@ -374,6 +412,7 @@ def _signals(texts: _Texts, i: int, j: int, cosine: float, linked: bool, idf: di
         "time": [sorted(time_i), sorted(time_j)],
         "names": [sorted(texts.named[i][0]), sorted(texts.named[j][0])],
         "roles_swapped": swaps_roles(texts.roles[i], texts.roles[j]),
+        "words_swapped": texts.swapped(i, j),
         "stance_agrees": texts.agree(i, j),
         "wording": rewording(texts.sequences[i], texts.sequences[j], texts.owned[i] | texts.owned[j]),
         "model_reads": not (texts.unreadable[i] or texts.unreadable[j]),
@@ -390,7 +429,8 @@ def pair_signals(a: MemoryRecord, b: MemoryRecord, vector_a: np.ndarray, vector_
     return _signals(texts, 0, 1, float(np.dot(vector_a, vector_b)), 1 in links[0], texts.idf())
 
 
-def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings) -> list[dict[str, Any]]:
+def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings,
+                    idf: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Every pair of one user's memories that linking looked at closely, with the signals that
     decided it (what `consolidate --dry-run` prints): pairs it linked, and pairs that came within
     the judge's bars (a cosine of `consolidation_judge_similarity` where the model reads both, a
@@ -402,9 +442,9 @@ def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settin
     for indices in partitions.values():
         part = [records[i] for i in indices]
         part_vectors = vectors[indices]
-        links, _ = _links(part, part_vectors, settings)
-        texts = _Texts.of(part, settings)
-        idf = texts.idf()
+        links, _ = _links(part, part_vectors, settings, idf=idf)
+        texts = _Texts.of(part, settings, idf)
+        weights = texts.idf()
         sims = part_vectors @ part_vectors.T
         near = {(i, j) for i, j in combinations(range(len(part)), 2)
                 if j in links[i] or (not (texts.unreadable[i] or texts.unreadable[j])
@@ -414,5 +454,5 @@ def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settin
         for i, j in sorted(near):
             out.append({"a": {"id": part[i].id, "content": part[i].content},
                         "b": {"id": part[j].id, "content": part[j].content},
-                        **_signals(texts, i, j, float(sims[i, j]), j in links[i], idf)})
+                        **_signals(texts, i, j, float(sims[i, j]), j in links[i], weights)})
     return out

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agent_memory.clustering import Cluster, Judge, candidate_pairs, cluster_memories
+from agent_memory.clustering import Cluster, Judge, candidate_pairs, cluster_memories, corpus_idf
 from agent_memory.judges import RememberedJudge, Summarize, build_judge, build_summarizer
 from agent_memory.models import MemoryRecord, Scope, index_text_of
 from agent_memory.settings import Settings
@@ -108,7 +108,7 @@ def plan_user(
         elif (r.valid_to or r.updated_at) <= now - retention:
             plan.purge.append(r)
     live_records = [records[i] for i in live]
-    plan.clusters = cluster_memories(live_records, vectors[live], settings, judge)
+    plan.clusters = cluster_memories(live_records, vectors[live], settings, judge, idf=corpus_idf(records))
     in_cluster = {r.id for c in plan.clusters for r in (c.canonical, *c.others)}
     for r in live_records:
         if r.id not in in_cluster:
@@ -221,7 +221,8 @@ def consolidate_user(
         report.update(plan.counts())
         report["cluster_detail"] = [c.as_dict() for c in plan.clusters]
         live = [k for k, r in enumerate(records) if r.status == "active"]
-        report["pair_detail"] = candidate_pairs([records[k] for k in live], vectors[live], service.settings)
+        report["pair_detail"] = candidate_pairs([records[k] for k in live], vectors[live], service.settings,
+                                                corpus_idf(records))
         return report
     report["found"] = plan.counts()
     report.update(apply_plan(service, plan, now, summarize) if not plan.empty else dict.fromkeys(STEPS, 0))

@@ -11,6 +11,7 @@ from typing import Any
 from agent_memory.errors import InvalidInputError
 from agent_memory.extraction import build_extractor, extract_and_store
 from agent_memory.models import Scope
+from agent_memory.rules import normalised, sentences
 from agent_memory.text import terms
 
 MODES = ("hybrid", "dense", "keyword")
@@ -147,6 +148,11 @@ def load_extraction_cases(path: str | Path) -> list[dict[str, Any]]:
             value = item.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
                 raise InvalidInputError(f"{path}:{number}: {key} must be a list of non-empty strings")
+        flips = item.get("flips", [])
+        if not isinstance(flips, list) or not all(
+            isinstance(f, dict) and all(isinstance(f.get(k), str) and f[k].strip() for k in ("old", "new")) for f in flips
+        ):
+            raise InvalidInputError(f"{path}:{number}: flips must be a list of {{\"old\", \"new\"}} facts")
         item.setdefault("id", f"line-{number}")
         cases.append(item)
     if not cases:
@@ -176,7 +182,10 @@ def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *,
 
     precision: share of extracted active memories that state an expected fact and no forbidden one;
     recall: share of expected facts stated by some active memory; flips: share of `superseded`
-    facts that no active memory states any more (except one that also states the newer fact).
+    facts that no active memory states any more (except one that also states the newer fact);
+    flips_done: share of `flips` ({"old", "new"}) whose old fact is retired and whose new fact is
+    stored; whole_turns: active memories that are a whole user turn of two or more sentences (a
+    memory should state the fact, not the turn with the request in it).
     """
     extractor = build_extractor(service.settings, mode)  # type: ignore[arg-type]
     base = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -197,9 +206,14 @@ def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *,
         good = [c for c in active if any(fact_matches(f, c) for f in expected) and not any(fact_matches(f, c) for f in forbidden)]
         found = [f for f in expected if any(fact_matches(f, c) for c in active)]
         retired = [f for f in flipped if all(any(fact_matches(e, c) for e in expected) for c in active if fact_matches(f, c))]
+        flips = case.get("flips", [])
+        done = [f for f in flips if f["old"] in retired and any(fact_matches(f["new"], c) for c in active)]
+        turns = {normalised(m["content"]) for m in case["messages"] if m["role"] == "user" and len(sentences(m["content"])) > 1}
+        whole = [c for c in active if normalised(c) in turns]
         for key in ("all", str(case.get("lang") or "all")):
             t = totals.setdefault(key, {"extracted": 0, "correct": 0, "expected": 0, "found": 0, "flips": 0, "retired": 0,
-                                        "forbidden_hits": 0, "cases": 0})
+                                        "flip_pairs": 0, "flips_done": 0, "forbidden_hits": 0, "whole_turns": 0,
+                                        "cases": 0})
             t["cases"] += 1
             t["extracted"] += len(active)
             t["correct"] += len(good)
@@ -207,18 +221,23 @@ def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *,
             t["found"] += len(found)
             t["flips"] += len(flipped)
             t["retired"] += len(retired)
+            t["flip_pairs"] += len(flips)
+            t["flips_done"] += len(done)
+            t["whole_turns"] += len(whole)
             t["forbidden_hits"] += sum(1 for c in active if any(fact_matches(f, c) for f in forbidden))
             if key != "all":
                 break
         wrong = [c for c in active if c not in good]
         missed = [f for f in expected if f not in found]
-        if wrong or missed or len(retired) < len(flipped):
+        if wrong or missed or len(retired) < len(flipped) or len(done) < len(flips):
             failures.append({"id": str(case["id"]), "wrong": wrong, "missed": missed,  # type: ignore[dict-item]
-                             "not_retired": [f for f in flipped if f not in retired]})
+                             "not_retired": [f for f in flipped if f not in retired],
+                             "flips_not_done": [f for f in flips if f not in done]})
 
     def summary(t: dict[str, int]) -> dict[str, Any]:
         return {"precision": _ratio(t["correct"], t["extracted"]), "recall": _ratio(t["found"], t["expected"]),
-                "flips_retired": _ratio(t["retired"], t["flips"]), **t}
+                "flips_retired": _ratio(t["retired"], t["flips"]), "flips_done_share": _ratio(t["flips_done"], t["flip_pairs"]),
+                **t}
 
     report: dict[str, Any] = {"mode": mode, **summary(totals["all"])}
     report["by_lang"] = {k: summary(v) for k, v in sorted(totals.items()) if k != "all"}
@@ -228,10 +247,12 @@ def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *,
 
 def format_extraction_table(reports: list[dict[str, Any]]) -> str:
     """A plain-text table of extraction reports (one per extractor)."""
-    lines = [f"{'extractor':<10} {'set':<5} {'precision':>9} {'recall':>7} {'flips':>6} {'extracted':>9} {'expected':>8}  cases"]
+    lines = [f"{'extractor':<10} {'set':<5} {'precision':>9} {'recall':>7} {'flips':>6} {'flipped':>7} {'forbidden':>9} "
+             f"{'whole':>5} {'extracted':>9} {'expected':>8}  cases"]
     for report in reports:
         rows = [("all", report), *report.get("by_lang", {}).items()]
         for name, r in rows:
             lines.append(f"{report['mode']:<10} {name:<5} {r['precision']:>9.3f} {r['recall']:>7.3f} {r['flips_retired']:>6.2f} "
+                         f"{r['flips_done_share']:>7.2f} {r['forbidden_hits']:>9} {r['whole_turns']:>5} "
                          f"{r['extracted']:>9} {r['expected']:>8}  {r['cases']}")
     return "\n".join(lines)

@@ -44,8 +44,10 @@ from agent_memory.merge import merge_records, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
 from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised
 from agent_memory.service import MemoryService, group_sessions
+from agent_memory.stance import persons
 from agent_memory.store import RecallFilter
 from agent_memory.text import keyword_text, lexical_similarity
+from agent_memory.wording import topic_words
 
 log = logging.getLogger(__name__)
 Mode = Literal["raw", "rules", "llm"]
@@ -158,6 +160,12 @@ def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: 
 
 def _meta(record: MemoryRecord, key: str) -> Any:
     return (record.metadata or {}).get(key)
+
+
+def _retractable(record: MemoryRecord) -> bool:
+    """Whether a change of mind can take a memory back: a fact, habit or instruction of the user's
+    own, not an event ("gave a talk about VS Code") or someone else's fact ("my boss takes oat milk")."""
+    return record.memory_type != "episodic" and not persons(record.content)
 
 
 def _asserted_text(record: MemoryRecord) -> str:
@@ -276,7 +284,7 @@ class _Decider:
             return _meta(other, "value") is not None and candidate.value is not None and (
                 normalised(str(_meta(other, "value"))) != normalised(candidate.value)
             )
-        if candidate.replaces:
+        if candidate.replaces and _retractable(other):
             asserted = _asserted_text(other)
             new_value = normalised(candidate.value) if candidate.value else None
             for old in candidate.replaces:
@@ -284,6 +292,45 @@ class _Decider:
                 if old_n and old_n in asserted and not (new_value and new_value in asserted):
                     return True
         return False
+
+    def _retracted(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
+        """What a change of mind that names no old value takes back.
+
+        "Scratch that", "changed my mind", "no longer", "算了" (strong) take back what the user said
+        last in this conversation. "From now on", "now", "以后都" (weak) take back only what they
+        are about: the latest statement of this conversation that shares a content word with it,
+        else the user's closest earlier statement, by term overlap or (where the model reads
+        both) cosine, at least `extraction_retract_similarity`. Events and other people's facts
+        are never taken back.
+        """
+        earlier = [r for r in self._recent(record) if _retractable(r)]
+        session = [r for r in earlier if r.session_id == record.session_id]
+        if candidate.retracts == "strong" and session:
+            return session[0]
+        about = topic_words(_asserted_text(record))
+        for other in session:
+            if about & topic_words(_asserted_text(other)):
+                return other  # the latest statement of this conversation about the same thing
+        best, best_score = None, self.settings.extraction.retract_similarity
+        candidates = {r.id: r for r in [*earlier, *(p for p in pool if _retractable(p))]}
+        for other in candidates.values():
+            if other.id == record.id or other.created_at > record.created_at:
+                continue
+            score = lexical_similarity(_asserted_text(other), record.content)
+            full = self.settings.recall.oov_full_share
+            if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
+                score = max(score, float(np.dot(np.asarray(record.vector), np.asarray(other.vector))))
+            if score >= best_score:
+                best, best_score = other, score
+        return best
+
+    def _recent(self, record: MemoryRecord) -> list[MemoryRecord]:
+        """The user's active memories stated before this one, latest first: this run's, then stored."""
+        made = [r for r in reversed(self.new.values()) if r.id != record.id and r.id not in self.retired]
+        page = self.service.store.list_memories(self.scope, limit=10, cursor=None, status="active").records
+        stored = [r for r in page if r.id not in self.retired and r.id not in self.new and r.created_at <= record.created_at]
+        stored = [self.changed.get(r.id, r) for r in stored]
+        return made + sorted(stored, key=lambda r: r.created_at, reverse=True)
 
     def _closeness(self, record: MemoryRecord, other: MemoryRecord) -> float:
         """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
@@ -316,6 +363,10 @@ class _Decider:
     def _decide(self, candidate: Candidate, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
         pool = self._neighbours(candidate, record)
         contradicted = [o for o in pool if self._contradicted(candidate, record, o)]
+        if candidate.retracts and not contradicted and stored_self is None:
+            taken_back = self._retracted(candidate, record, pool)
+            if taken_back is not None:
+                contradicted.append(taken_back)
         if stored_self is not None:
             # Extracted before from the same messages: nothing to add; finish any supersede left undone.
             self.result.unchanged += 1

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from agent_memory.clauses import instruction, is_chinese, is_event, read_sentence, statement, subject
 from agent_memory.models import MemoryType, MessageRecord
 from agent_memory.text import normalize, terms
 
@@ -40,6 +41,9 @@ class Candidate:
     value: str | None = None
     # Values this statement says are no longer true ("I switched from VS Code to Neovim").
     replaces: list[str] = field(default_factory=list)
+    # How it takes back something said before, named or not: "strong" ("no longer", "scratch
+    # that", "算了": what the user said last), "weak" ("from now on", "以后都": what it is about).
+    retracts: str = ""
     # Existing memory ids the LLM says this restates or contradicts.
     restates: str | None = None
     contradicts: str | None = None
@@ -277,16 +281,68 @@ class RulesExtractor:
         for i, message in enumerate(messages):
             if message.role != "user":
                 continue
-            found = False
-            for sentence in sentences(message.content):
-                candidate = self.match_sentence(sentence, message)
-                if candidate is not None:
-                    out.append(candidate)
-                    found = True
+            found = self.read_turn(message)
+            out.extend(found)
             if not found and i > 0:
                 answer = self._answer(messages[i - 1], message)
                 if answer is not None:
                     out.append(answer)
+        return out
+
+    def read_turn(self, message: MessageRecord) -> list[Candidate]:
+        """The candidates of one user turn: a rule's where one matches, else what the clause
+        grammar finds the user saying about themselves; a retraction is kept with what follows it."""
+        out: list[Candidate] = []
+        pending: Candidate | None = None  # a retraction waiting for the statement of what holds now
+        pending_end = ""  # the punctuation that ended the retraction's sentence
+        about_self = False
+        for sentence in sentences(message.content):
+            reading = read_sentence(sentence, previous_self=about_self)
+            about_self = reading is not None
+            candidate = self.match_sentence(sentence, message)
+            if candidate is not None and candidate.memory_type != "procedural":
+                stated = statement(sentence)
+                if not stated or subject(sentence, is_chinese(sentence)) == "other":
+                    candidate = None  # a rule's words inside a request, a question or someone else's fact
+                else:
+                    candidate.content = stated  # the statement, without the request beside it
+            if candidate is None and instruction(sentence) and not _QUESTION.search(sentence):
+                candidate = Candidate(
+                    content=sentence, memory_type="procedural", importance=0.8, confidence=0.7,
+                    source_ids=[message.message_id], message=message, extractor=self.name, rule="clause.instruction",
+                    retracts=reading.flip if reading is not None else "",
+                )
+            if candidate is None and reading is not None and len(terms(reading.content, keep_stopwords=True)) >= 2:
+                event = not reading.flip and is_event(reading.content)
+                candidate = Candidate(
+                    content=reading.content, memory_type="episodic" if event else "semantic", importance=0.5,
+                    confidence=0.65,
+                    source_ids=[message.message_id], message=message, extractor=self.name,
+                    rule="clause.flip" if reading.flip else "clause", replaces=list(reading.old),
+                    retracts=reading.flip,
+                )
+            elif candidate is not None and reading is not None and reading.flip:
+                candidate.retracts = candidate.retracts or reading.flip
+                candidate.replaces = list(dict.fromkeys([*candidate.replaces, *reading.old]))
+            if candidate is None:
+                continue
+            if pending is not None:
+                # "I no longer like dark mode; I prefer light mode now": one change of mind.
+                joint = "" if is_chinese(pending.content) else " "
+                pending.content = f"{pending.content}{pending_end}{joint}{candidate.content}".strip()
+                pending.replaces = list(dict.fromkeys([*pending.replaces, *candidate.replaces]))
+                pending.slot, pending.value = pending.slot or candidate.slot, pending.value or candidate.value
+                candidate, pending = pending, None
+            elif candidate.retracts == "strong" and not (candidate.value and candidate.replaces):
+                # It says what no longer holds; what holds now may follow in the next sentence.
+                pending = candidate
+                pending_end = sentence.rstrip()[len(sentence.rstrip().rstrip(".!?。！？；;")):]
+                if candidate.content.endswith(pending_end):
+                    pending_end = ""
+                continue
+            out.append(candidate)
+        if pending is not None:
+            out.append(pending)
         return out
 
     def match_sentence(self, sentence: str, message: MessageRecord) -> Candidate | None:
@@ -308,6 +364,7 @@ class RulesExtractor:
                 content=sentence, memory_type=rule.memory_type, importance=rule.importance,
                 confidence=rule.confidence, source_ids=[message.message_id], message=message,
                 extractor=self.name, rule=rule.name, slot=slot or None, value=value or None, replaces=replaces,
+                retracts="strong" if rule.flip else "",
             )
         return None
 

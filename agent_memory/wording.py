@@ -13,7 +13,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS, normalize, stem_words, terms
+from agent_memory.stance import is_person_word
+from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS, chinese_words, normalize, stem_words, terms
 
 _CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
 # A CJK character, or a word of any other script (a word stops where a CJK run starts).
@@ -212,8 +213,6 @@ _ROLE_TOKEN = re.compile(f"[{CJK_RANGES}]+|[^\\W_{CJK_RANGES}]+", re.UNICODE)
 def role_tokens(text: str) -> tuple[str, ...]:
     """A statement's words in order (English stems, Chinese dictionary words), for `swaps_roles`:
     the first person and "the user" are one word, as they are one person."""
-    from agent_memory.text import chinese_words
-
     folded = normalize(text).replace("’", "'").replace("'s ", " 's ")
     for variant, plain in _CJK_SUBJECT:
         folded = folded.replace(variant, plain)
@@ -223,8 +222,6 @@ def role_tokens(text: str) -> tuple[str, ...]:
             out.extend(w for w in chinese_words(token) if w not in _ROLE_NOISE)
         elif token not in _ROLE_NOISE:
             out.append(token)
-    from agent_memory.stance import is_person_word
-
     # "the user's cousin", "my husband", "我哥": the person, not the user, whose relation it is.
     out = [w for k, w in enumerate(out) if not (
         (w in _POSSESSIVES or (w == "user" and out[k + 1 : k + 2] == ["s"]))
@@ -274,8 +271,6 @@ def lexical_features(text: str) -> frozenset[str]:
     """What a statement says, in any order: its content words (English stems, Chinese dictionary
     words) and the single characters of its Chinese, function words, particles and the subject
     ("用户", "我") taken out. Characters let a changed word meet its fact halfway."""
-    from agent_memory.text import chinese_words
-
     out: set[str] = set()
     for token in _ROLE_TOKEN.findall(without_function_words(text)):
         if _CJK_CHAR.match(token):
@@ -293,3 +288,19 @@ def weighted_overlap(a: frozenset[str], b: frozenset[str], idf: dict[str, float]
     what every memory of the user says ("喜欢", "工作") counts little, a rare word much."""
     total = sum(idf.get(f, 1.0) for f in a) + sum(idf.get(f, 1.0) for f in b)
     return 2 * sum(idf.get(f, 1.0) for f in a & b) / total if total else 0.0
+
+
+def topic_words(text: str) -> frozenset[str]:
+    """What a statement is about: its content words (English stems, Chinese words of two or more
+    characters), without single characters, function words or the subject."""
+    return frozenset(f for f in lexical_features(text) if not (_CJK_CHAR.match(f) and len(f) < 2))
+
+
+def content_characters(text: str) -> frozenset[str]:
+    """The Chinese characters and Latin words (stems, letters apart from digits) a statement says,
+    function words and the subject taken out: what an entity swapped in the same frame changes."""
+    out = {f for f in lexical_features(text) if not _CJK_CHAR.match(f)}
+    for token in _ROLE_TOKEN.findall(without_function_words(text)):
+        if _CJK_CHAR.match(token):
+            out.update(c for c in token if c != "我")
+    return frozenset(out)

@@ -120,8 +120,52 @@ def test_contradiction_within_one_conversation_keeps_the_later_fact(service: Mem
     records = _log(service, [("user", "My favourite drink is green tea."), ("user", "No wait, my favourite drink is cold brew.")])
     result = extract_and_store(service, "acme", records, "rules", actor="test")
     assert len(result.created) == 2 and len(result.superseded) == 1
-    assert _active(service) == ["No wait, my favourite drink is cold brew."]
+    assert _active(service) == ["my favourite drink is cold brew."]
     assert maintenance_of(service.store).table("memories").count_rows() == 2  # the older statement stays in history
+
+
+def test_a_chinese_change_of_mind_supersedes_the_old_preference(service: MemoryService) -> None:
+    first = _log(service, [("user", "我喜欢用 Python 写后端服务。")], session="s1")
+    extract_and_store(service, "acme", first, "rules", actor="test")
+    later = _log(service, [("user", "我现在不喜欢用 Python 了，以后后端都用 Go 写。"), ("assistant", "好的。")], session="s2")
+    result = extract_and_store(service, "acme", later, "rules", actor="test")
+    assert len(result.superseded) == 1
+    assert [r.content for r in service.list(U, limit=10, status="superseded").records] == ["我喜欢用 Python 写后端服务。"]
+    hits = service.recall("acme", {"user_id": "u1", "query": "后端 编程语言 偏好", "memory_types": ["semantic"]}).memories
+    assert "Go" in hits[0].content
+
+
+def test_a_correction_is_one_memory_and_the_request_beside_a_fact_is_not_kept(service: MemoryService) -> None:
+    records = _log(service, [
+        ("user", "I like dark mode in every editor."),
+        ("user", "Actually I no longer like dark mode; I prefer light mode now."),
+        ("user", "我是高中数学老师，帮我想个导数课的开场白"),
+        ("user", "I live in Lyon — sorry, Lille. Where can I find a good bakery?"),
+        ("user", "My boss is super particular about oat milk."),
+    ])
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    active = _active(service)
+    assert "Actually I no longer like dark mode; I prefer light mode now." in active
+    assert not any(text.rstrip(";").endswith("no longer like dark mode") for text in active)
+    assert "我是高中数学老师" in active and not any("开场白" in text for text in active)
+    assert "I live in Lille." in active and not any("Lyon" in text or "bakery" in text for text in active)
+    assert not any("oat milk" in text for text in active)
+    old = [r.content for r in service.list(U, limit=10, status="superseded").records]
+    assert old == ["I like dark mode in every editor."]
+
+
+def test_a_switch_supersedes_the_preference_it_is_about_not_an_event_that_names_it(service: MemoryService) -> None:
+    first = _log(service, [
+        ("user", "I gave a talk about VS Code extensions at PyCon last year."),
+        ("user", "I prefer VS Code for coding."),
+    ], session="s1")
+    extract_and_store(service, "acme", first, "rules", actor="test")
+    later = _log(service, [("user", "I switched from VS Code to Neovim last month.")], session="s2")
+    extract_and_store(service, "acme", later, "rules", actor="test")
+    active = _active(service)
+    assert "I prefer VS Code for coding." not in active
+    assert "I gave a talk about VS Code extensions at PyCon last year." in active
+    assert any("Neovim" in text for text in active)
 
 
 def test_unrelated_facts_do_not_interfere(service: MemoryService) -> None:

@@ -1,0 +1,331 @@
+"""The grammar of what a user says about themselves, in English and Chinese, clause by clause.
+
+A chat turn mixes a fact with a request ("我是高中数学老师，帮我想个导数课的开场白"), a question,
+small talk, or someone else's fact ("my boss takes oat milk"). The rules extractor keeps the
+clauses that state something about the user and drops the rest, by grammar rather than by
+sentence templates:
+
+- a clause is a *request* when it asks the assistant for something (can you, help me, 帮我, 推荐),
+  a *question* when it asks, *hypothetical* when it imagines (if I were, 如果), *passing* when it
+  is about the moment (thanks, lol, 好累, just wanted to share);
+- a clause is *about someone else* when its subject is another person (my boss, 我室友);
+- a clause is *about the user* when its subject is the user (I, my job, 我, 我的), or when it
+  has no subject and continues a clause about the user, or (in Chinese, which drops subjects)
+  when it says when or how often something holds for the speaker (现在, 已经, 每天, 上个月);
+- a change of mind is read from negators and aspect, not from one sentence shape: "no longer",
+  "not ... anymore", "no more X", "done with X", "switched from X to Y", "scratch that",
+  "changed my mind", "不再", "已经不…了", "不…了", "戒了", "换成", "改成", "算了", "以后都".
+
+Splitting keeps a correction whole: "I no longer like dark mode; I prefer light mode now" is one
+change of mind, so a clause that retracts is kept with the clause that says what holds now.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from agent_memory.stance import is_person_word
+from agent_memory.text import CJK_RANGES, chinese_words
+
+# Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
+_CLAUSE = re.compile(r"[^,，;；:：—–]+(?:[,，;；:：—–]+|$)")
+_CJK = re.compile(f"[{CJK_RANGES}]")
+_EN_OPENERS = re.compile(
+    r"^(?:(?:oh|well|also|and|but|so|actually|honestly|btw|fyi|ngl|tbh|lol|haha|ok(?:ay)?|yeah|plus|anyway|"
+    r"just so you know|for context|heads up|for the record|small change|one correction|plot twist(?: though)?|"
+    r"i should update you|update)\b[\s,!.:-]*)+",
+    re.IGNORECASE,
+)
+_ZH_OPENERS = re.compile(r"^(?:哦对了|对了|另外|还有|不过|但是|可是|其实|说来也怪|好消息|嗯+|哈哈+|所以|而且|可|但)[\s，,！!。…]*")
+
+_EN_QUESTION = re.compile(
+    r"\?\s*$|^(?:what|what's|whats|how|why|when|where|which|who|is|are|do|does|did|can|could|would|should|will|any)\b",
+    re.IGNORECASE,
+)
+_ZH_QUESTION = re.compile(r"[?？]\s*$|[吗呢]\s*[。！!]?$|什么|怎么|为什么|哪|有没有|能不能|可不可以|是不是|要不要|多少|几点")
+_EN_REQUEST = re.compile(
+    r"\b(?:can you|could you|would you|will you|help me|give me|make me|build me|write me|show me|tell me|send me|"
+    r"remind me|let me know|recommend|suggest|any (?:ideas|tips|suggestions)|please (?!don'?t|never|always)|"
+    r"i need (?:a|an|some|help|you)|i'?m looking for|looking for|what should|whats a|what's a|how do i|"
+    r"i was wondering|wondering if|pls|plz)\b",
+    re.IGNORECASE,
+)
+_ZH_REQUEST = re.compile(r"帮我|给我(?:推荐|写|找|想|做|列|查|讲|看)|推荐|你(?:觉得|推荐|帮|能|可以)|请你|告诉我|想请教|求推荐|怎么办|咋办|有啥|该怎么")
+_EN_HYPOTHETICAL = re.compile(r"\b(?:if i|if i were|i'?d (?:be|love|like)|i would|i wish|imagine|suppose|random thought)\b",
+                              re.IGNORECASE)
+_ZH_HYPOTHETICAL = re.compile(r"如果|要是|假如|假设|随便想想|万一")
+_EN_PASSING = re.compile(
+    r"^(?:thanks?|thank you|ty|thx)\b|^(?:lol|haha|ok|okay|sure|cool|great|nice|perfect|sick|right|yes|no|nah|yep|yeah)"
+    r"(?:[\s!.~,]*(?:thanks?|ty|thx|lol|haha)?)*[\s!.~]*$"
+    r"|\b(?:just wanted to|i (?:think|guess|suppose|mean|know|see|agree|hope|forgot)|i'?m (?:tired|bored|hungry|sorry|fine|good|"
+    r"done[\s.!]*$|back|here|not sure|curious)|i (?:always )?think|did u see|did you see|this week|today|tonight|right now|"
+    r"at the moment|i (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|sounds (?:good|great))\b",
+    re.IGNORECASE,
+)
+_ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|可以|没事)|好累|好冷|好热|好困|饿了|累死|哈哈哈|我觉得|我在想|我猜|心情|"
+                         r"今天|今晚|这周|这几天")
+
+# The user as subject. English: I, I'm, my <thing> (not a person), we/our for the user's team.
+_EN_SELF = re.compile(r"^(?:i|i'm|im|i've|ive|i'll|i am|i have|my|we|we're|we've|our)\b", re.IGNORECASE)
+_EN_MY = re.compile(r"^(?:my|our)\s+(\w+)(?:\s+(\w+))?", re.IGNORECASE)
+_EN_SUBJECTLESS = re.compile(
+    r"^(?:prefer|love|like|hate|can'?t stand|addicted|allergic|vegetarian|vegan|been|have been|playing|working|living|"
+    r"going|doing|using|drinking|eating|not doing|no more|done with|moving|switching|booking|planning|heading|flying|"
+    r"changed my mind|scratch that|been meaning)\b",
+    re.IGNORECASE,
+)
+_EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
+_ZH_SELF = re.compile(r"^(?:我(?!们?(?:的)?(?:" + "|".join(
+    ["妈", "爸", "老婆", "老公", "妻子", "丈夫", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿", "孩子", "室友", "同事",
+     "老板", "领导", "闺蜜", "朋友", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆", "家人", "邻居", "同学", "对象"])
+    + r"))|咱)")
+_ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面)")
+# Chinese drops the subject: a clause that says when or how often, or how things changed, is
+# the speaker's when nobody else is named.
+_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|"
+                            r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔)")
+# Someone of the user's named or aged: "my daughter Mia", "my son just turned 5", "我女儿叫朵朵".
+_EN_NAMES_RELATION = re.compile(r"^(?i:my|our) \w+(?:'s name is| (?:is|just turned|turned) \d+| [A-Z][a-z]+\b)")
+_ZH_NAMES_RELATION = re.compile(r"^我(?:的|家)?\w{1,3}?(?:叫|名叫|今年|刚满|[0-9一二三四五六七八九十两]+岁)")
+# A standing instruction for the assistant: addressed to it, for every time to come.
+_EN_INSTRUCTION = re.compile(
+    r"\b(?:whenever you|every time you|when you (?:give|write|send|answer|reply|make|suggest|draft)|"
+    r"in (?:your|all your|future) (?:answers|replies|responses)|from now on|going forward|for future (?:stuff|reference)|"
+    r"(?:always|never|don'?t ever|do not ever) (?:use|add|include|write|send|give|call|schedule|book|suggest|mention|reply|answer))\b"
+    r"|\bno \w+(?: \w+)? please\b",
+    re.IGNORECASE,
+)
+_ZH_INSTRUCTION = re.compile(r"以后(?:帮我|给我|都|回答|回复|写|跟我)|每次(?:帮我|给我|写|回答|回复)|的时候(?:都|也)?(?:用|别|不要|记得)|"
+                             r"(?:回答|回复|注释|邮件|代码)[^，。]{0,6}(?:都用|也用|用中文|用英文|别|不要)|别太|语气")
+
+
+def instruction(sentence: str) -> bool:
+    """Whether a sentence tells the assistant how to behave from now on ("whenever you give me
+    code, use TypeScript", "写代码的时候注释也用中文")."""
+    return bool((_ZH_INSTRUCTION if is_chinese(sentence) else _EN_INSTRUCTION).search(sentence))
+_ZH_OTHER_PERSON = re.compile(r"^(?:我(?:们)?(?:的)?|他的|她的)?(?:" + "|".join(
+    ["妈", "爸", "老婆", "老公", "妻子", "丈夫", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿", "孩子", "室友", "同事",
+     "老板", "领导", "闺蜜", "朋友", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆", "邻居", "同学", "对象"]) + ")")
+
+# A change of mind, as grammar: what retracts, and what says what holds now.
+# Strong: it takes back what was said ("scratch that" retracts the user's last statement). Weak:
+# it says what holds from now on, which retracts only what it is about.
+_EN_RETRACT = re.compile(
+    r"\b(?:no longer|not \w+(?: \w+)? any ?more|any ?more|no more|done with|scratch that|changed my mind|"
+    r"(?:switched|switching|moved|moving|changed|changing|migrated|migrating|went) (?:over )?(?:from|to)|"
+    r"gave up|given up|quit|stopped|ditched|dropped|cancell?ed|lasted|well,? did|not anymore|instead)\b",
+    re.IGNORECASE,
+)
+_EN_WEAK_RETRACT = re.compile(r"\b(?:from now on|going forward|these days|now|moving to|going all in)\b", re.IGNORECASE)
+_EN_OLD = re.compile(
+    r"\b(?:no longer (?:\w+ )?|not (?:doing|using|drinking|eating|into|on) |no more |done with |quit |gave up |ditched |"
+    r"dropped |stopped (?:using |drinking |eating |doing )?|(?:switched|moved|changed|migrated|went) (?:over )?from )"
+    r"(?P<old>(?!that\b|it\b|this\b|the moon\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
+    re.IGNORECASE,
+)
+_ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
+                         r"不用[^，。]{1,8}了|还是算了")
+_ZH_WEAK_RETRACT = re.compile(r"以后都|现在只|现在改|现在都|现在|最近|能接受|开始")
+_ZH_OLD = re.compile(r"(?:不再|已经不|不)(?:喜欢)?(?:用|喝|吃|玩|做|学|去|住|坐|选)?(?P<old>[^，。；！？了]{1,14})了|戒了(?P<old2>[^，。；！？]{1,8})"
+                     r"|从(?P<old3>[^，。；！？]{1,12}?)(?:换成|改成|换到|转到|改用|切换到|搬到)")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one stretch of a turn says about the user: the clauses kept, and a change of mind."""
+
+    content: str
+    flip: str  # "strong" (takes back what was said), "weak" (says what holds now), or ""
+    old: tuple[str, ...]
+
+
+def clauses(sentence: str) -> list[str]:
+    """The clauses of a sentence, each with its trailing separator."""
+    return [m.group(0) for m in _CLAUSE.finditer(sentence) if m.group(0).strip(" ,，;；:：—–")]
+
+
+def _bare(clause: str, zh: bool) -> str:
+    text = clause.strip().strip(",，;；:：—–").strip()
+    return _ZH_OPENERS.sub("", text) if zh else _EN_OPENERS.sub("", text)
+
+
+def is_chinese(text: str) -> bool:
+    """Whether a text is mostly Chinese (more CJK characters than Latin letters)."""
+    cjk = len(_CJK.findall(text))
+    return cjk > 0 and cjk >= sum(c.isascii() and c.isalpha() for c in text) / 3
+
+
+def dropped(clause: str, zh: bool) -> bool:
+    """Whether a clause is a request, a question, a hypothetical or passing talk."""
+    text = _bare(clause, zh)
+    if not text:
+        return True
+    if zh:
+        return bool(_ZH_QUESTION.search(text) or _ZH_REQUEST.search(text) or _ZH_HYPOTHETICAL.search(text)
+                    or _ZH_PASSING.search(text))
+    return bool(_EN_QUESTION.search(text) or _EN_REQUEST.search(text) or _EN_HYPOTHETICAL.search(text)
+                or _EN_PASSING.search(text))
+
+
+def subject(clause: str, zh: bool) -> str:
+    """Whose clause it is: "self", "other" (another person or thing named as subject) or "none"."""
+    text = _bare(clause, zh)
+    if zh:
+        if _ZH_NAMES_RELATION.match(text):
+            return "self"
+        if _ZH_OTHER_PERSON.match(text) or _zh_relative(text):
+            return "other"
+        if _ZH_SELF.match(text):
+            return "self"
+        return "other" if _ZH_OTHER_SUBJECT.match(text) else "none"
+    if _EN_NAMES_RELATION.match(text):
+        return "self"
+    mine = _EN_MY.match(text)
+    if mine and any(w and (is_person_word(w.lower()) or is_person_word(w.lower().removesuffix("s"))) for w in mine.groups()):
+        return "other"
+    if _EN_SELF.match(text):
+        return "self"
+    if _EN_SUBJECTLESS.match(text):
+        return "self"
+    return "other" if _EN_OTHER_SUBJECT.match(text) else "none"
+
+
+_KIN_ENDINGS = ("哥", "姐", "弟", "妹", "爸", "妈", "叔", "姨", "舅", "友")
+
+
+def _zh_relative(text: str) -> bool:
+    """Whether a Chinese clause starts with someone of the user's ("我表弟", "我们领导", "我的大学室友")."""
+    words = [w for w in chinese_words(text[:10]) if w != "的"]
+    if not words or words[0] not in ("我", "我们", "我家"):
+        return False
+    following = words[1:3]
+    return any(is_person_word(w) or (len(w) <= 3 and w.endswith(_KIN_ENDINGS)) for w in following)
+
+
+_EN_IRREGULAR_PAST = (
+    "gave went got made took saw met bought had did ran wrote ate drank flew left came found lost won sold told spent "
+    "sent built taught brought began chose drove fell forgot heard kept knew led paid rode said sat slept spoke "
+    "stood swam threw woke wore caught fought held broke"
+).split()
+_EN_EVENT = re.compile(r"^(?:i|we)(?: \w+ly| just| finally| once)? (?:\w+ed|" + "|".join(_EN_IRREGULAR_PAST) + r")\b"
+                       r"|\b(?:yesterday|last (?:night|week|weekend|month|year)|\w+ ago)\b", re.IGNORECASE)
+_ZH_EVENT = re.compile(r"(?:昨天|前天|上周|上个月|去年|那天|刚才|上次)[^，。]{0,12}了")
+
+
+def is_event(text: str) -> bool:
+    """Whether a statement tells of something that happened once ("I gave a talk at PyCon",
+    "昨天入手了一台相机"), rather than what holds."""
+    return bool((_ZH_EVENT if is_chinese(text) else _EN_EVENT).search(_bare(text, is_chinese(text))))
+
+
+def retracts(text: str, zh: bool) -> str:
+    """How a stretch of text takes back something held before: "strong" ("no longer", "scratch
+    that", "不再", "算了"), "weak" ("from now on", "now", "以后都", "现在"), or "" (it does not)."""
+    if (_ZH_RETRACT if zh else _EN_RETRACT).search(text):
+        return "strong"
+    return "weak" if (_ZH_WEAK_RETRACT if zh else _EN_WEAK_RETRACT).search(text) else ""
+
+
+def old_values(text: str, zh: bool) -> tuple[str, ...]:
+    """The values a change of mind names as no longer true ("no longer like dark mode", "戒了奶茶")."""
+    pattern = _ZH_OLD if zh else _EN_OLD
+    found = []
+    for m in pattern.finditer(text):
+        value = next((v for v in m.groups() if v), "")
+        value = value.strip(" ,.;，。")
+        if value:
+            found.append(value)
+    return tuple(found)
+
+
+# A slip corrected on the spot: "Lyon — sorry, Lille", "the 14th — no wait, the 15th", "周三，不对，周四".
+_EN_CORRECTION = re.compile(r"^(?:sorry|no wait|wait|i mean|oops|actually no|correction)[\s,!.]*$", re.IGNORECASE)
+_ZH_CORRECTION = re.compile(r"^(?:不对|哦不|不是|说错了|打错了|错了|口误)[\s，,！!。]*$")
+
+
+def _corrected(kept: list[str], fix: str, zh: bool) -> None:
+    """Replace the slip at the end of the last kept clause with the correction that follows it."""
+    last = kept[-1].rstrip()
+    tail = last[len(last.rstrip(",，;；:：—– ")):]
+    body = last[: len(last) - len(tail)]
+    fix = fix.strip()
+    if zh:
+        first = next(iter(chinese_words(fix[:8] or fix)), fix[:1]) if fix else ""
+        cut = max(len(first), 1)
+        kept[-1] = body[:-cut] + fix if len(body) > cut else fix
+        return
+    words = fix.rstrip(".!?,;—– ").split()
+    head = body.split()
+    n = min(len(words), max(len(head) - 1, 0)) if len(words) <= 3 else 0
+    kept[-1] = " ".join(head[: len(head) - n] + [fix]) if n else f"{body}{tail} {fix}"
+
+
+# A clause that only takes back what was said: kept, it carries the change of mind.
+_PURE_RETRACTION = re.compile(r"^(?:(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|forget (?:that|it)|on second thought)"
+                              r"[\s,，!！.。…]*$", re.IGNORECASE)
+
+
+def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | None:
+    """The part of a sentence that is about the user, or None: clauses that are requests,
+    questions, hypotheticals, passing talk or someone else's are left out, a phrase that leads
+    into a clause about the user ("With twin boys who just started school, my mornings ...") is
+    kept with it, and a slip corrected on the spot ("Lyon — sorry, Lille") keeps only the
+    correction."""
+    zh = is_chinese(sentence)
+    kept: list[str] = []
+    leading: list[str] = []  # clauses without a subject, waiting for the clause they lead into
+    other_seen = False
+    about_self = previous_self
+    correcting = False
+    for clause in clauses(sentence):
+        text = _bare(clause, zh)
+        if (_ZH_CORRECTION if zh else _EN_CORRECTION).match(clause.strip()):
+            correcting = bool(kept)
+            continue
+        if correcting:
+            correcting = False
+            _corrected(kept, clause, zh)
+            continue
+        if dropped(clause, zh):
+            about_self = False if subject(clause, zh) == "other" else about_self
+            leading = []
+            continue
+        who = subject(clause, zh)
+        if _PURE_RETRACTION.match(text) or who == "self" or (
+            who == "none" and (about_self or (zh and _ZH_SELF_MARKS.search(text)))
+        ):
+            kept.extend(leading if who == "self" else [])
+            kept.append(clause)
+            leading = []
+            about_self = True
+        else:
+            # What follows someone else's clause is theirs ("我室友是四川人，无辣不欢").
+            other_seen = other_seen or who == "other"
+            leading = [*leading, clause] if who == "none" and not other_seen else []
+            about_self = False
+    if not kept:
+        return None
+    content = "".join(kept).strip().rstrip(",，;；:：—– ")
+    if not content:
+        return None
+    flip = retracts(content, zh)
+    return Reading(content=content, flip=flip, old=old_values(content, zh) if flip else ())
+
+
+def statement(sentence: str) -> str:
+    """A sentence without its requests, questions, hypotheticals and passing talk, slips
+    corrected (what a rule that matched it keeps): "我是高中数学老师，帮我想个导数课的开场白" ->
+    "我是高中数学老师"."""
+    zh = is_chinese(sentence)
+    kept: list[str] = []
+    correcting = False
+    for clause in clauses(sentence):
+        if (_ZH_CORRECTION if zh else _EN_CORRECTION).match(clause.strip()):
+            correcting = bool(kept)
+        elif correcting:
+            correcting = False
+            _corrected(kept, clause, zh)
+        elif not dropped(clause, zh):
+            kept.append(clause)
+    return "".join(kept).strip().rstrip(",，;；:：—– ")

@@ -36,7 +36,7 @@ from agent_memory.merge import KEPT_APART
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.stance import Stance, stance
-from agent_memory.text import CJK_RANGES, terms
+from agent_memory.text import CHINESE_STOPWORDS, CJK_RANGES, terms
 from agent_memory.wording import (
     content_characters,
     content_sequence,
@@ -53,6 +53,8 @@ from agent_memory.wording import (
 )
 
 _CJK_WORD = re.compile(f"^[{CJK_RANGES}]+$")
+# Prepositions, particles and pronouns: one of them more changes no word ("我对乳糖不耐受").
+_FUNCTION_CHARACTERS = frozenset(w for w in CHINESE_STOPWORDS if len(w) == 1) | frozenset("于以为由从在对向")
 
 # Given pairs of statements, the indices of the pairs that state the same fact (an LLM's
 # verdict), or None when it gave none (the model failed): then no pair is confirmed.
@@ -132,10 +134,14 @@ class _Texts:
     def swapped(self, i: int, j: int) -> bool:
         """Whether the two say another thing in the same frame: each has content characters the
         other lacks ("最常去京东", "最常去天猫"; a synonym too), or one changes a word of the other
-        ("养了猫", "养了龙猫"). An added qualifier ("大多数时候") is a word of its own."""
+        ("养了猫", "养了龙猫"), by a word or a single character. An added qualifier ("大多数时候")
+        is a word of its own."""
         a, b = self.chars[i], self.chars[j]
         if a - b and b - a:
             return True
+        extra = (a - b) | (b - a)
+        if len(extra) == 1 and _CJK_WORD.match(next(iter(extra))) and not extra & _FUNCTION_CHARACTERS:
+            return True  # one character more modifies a word ("猫", "龙猫"; "茶", "红茶"); a qualifier is a word
         for mine, other in ((i, b), (j, a)):
             for word in self.features[mine]:
                 word = word.replace("我", "")  # the subject, folded out of the characters compared

@@ -16,8 +16,15 @@ class, and over word order, function words and qualifiers together (the synonym 
 reported on its own). `--show` prints each wrong merge and each missed pair with the signals of
 the decision.
 
+`--judge oracle` puts the near misses to an LLM judge through the real client, served on
+loopback by an OpenAI-compatible server that answers from the labels (two texts are the same
+fact when they are in one duplicate group). It checks the judge's plumbing on these sets and
+shows how far its near misses reach; it says nothing of a real model's judgement.
+
     PYTHONPATH=. .venv/bin/python benchmarks/consolidation_quality.py --split dev [--show]
     PYTHONPATH=. .venv/bin/python benchmarks/consolidation_quality.py --split heldout --name consolidation_quality_heldout
+    PYTHONPATH=. .venv/bin/python benchmarks/consolidation_quality.py --split heldout --judge oracle \
+        --name consolidation_quality_heldout_oracle_judge
 """
 
 from __future__ import annotations
@@ -37,10 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_memory.clustering import pair_signals  # noqa: E402
 from agent_memory.consolidation import plan_user  # noqa: E402
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
+from agent_memory.judges import JUDGE_PROMPT, build_judge  # noqa: E402
 from agent_memory.models import Scope  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
+from loopback.llm_server import scripted_llm  # noqa: E402
 from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
 
@@ -53,9 +62,27 @@ def _ratio(a: int, b: int) -> float:
     return round(a / b, 4) if b else 1.0
 
 
+def _load(lang: str, split: str) -> dict[str, Any]:
+    return json.loads((DATA / f"{lang}_{split}.json").read_text())
+
+
+def oracle(split: str, langs: list[str]) -> Any:
+    """A judge's answers from the labels: two texts are one fact when one duplicate group holds both."""
+    group = {t: g["id"] for lang in langs for g in _load(lang, split)["groups"] for t in g["texts"]}
+
+    def respond(body: dict[str, Any]) -> str:
+        system, user = (m["content"] for m in body["messages"])
+        if system != JUDGE_PROMPT:
+            return user.splitlines()[0].removeprefix("- ")
+        pairs = json.loads(user)["pairs"]
+        return json.dumps({"same": [p["pair"] for p in pairs if group.get(p["a"]) and group.get(p["a"]) == group.get(p["b"])]})
+
+    return respond
+
+
 def score_language(service: MemoryService, lang: str, split: str, *, show: bool) -> dict[str, Any]:
     """Write one language's set (items dealt to users), cluster each user, score the merged pairs."""
-    data = json.loads((DATA / f"{lang}_{split}.json").read_text())
+    data = _load(lang, split)
     items = [("group", g) for g in data["groups"]] + [("lookalike", p) for p in data["lookalikes"]]
     random.Random(7).shuffle(items)
     base = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -79,7 +106,7 @@ def score_language(service: MemoryService, lang: str, split: str, *, show: bool)
         scope = Scope.user("eval", user)
         records, vectors = service.store.user_memories(scope)
         texts.update({r.id: r.content for r in records})
-        plan = plan_user(scope, records, vectors, base + timedelta(days=1), service.settings)
+        plan = plan_user(scope, records, vectors, base + timedelta(days=1), service.settings, build_judge(service.settings))
         for cluster in plan.clusters:
             members = [cluster.canonical.id, *(o.id for o in cluster.others)]
             merged_pairs.update(frozenset(p) for p in combinations(members, 2))
@@ -124,11 +151,25 @@ def main() -> None:
     parser.add_argument("--split", default="dev", choices=["dev", "heldout"])
     parser.add_argument("--langs", default="en,zh")
     parser.add_argument("--show", action="store_true", help="print wrong merges and missed pairs with their signals")
+    parser.add_argument("--judge", choices=["none", "oracle"], default="none",
+                        help="oracle: an LLM judge on loopback that answers from the labels (see above)")
     parser.add_argument("--name", default=None, help="write benchmarks/results/<name>.json")
     args = parser.parse_args()
+    if args.judge == "oracle":
+        with scripted_llm() as llm:
+            llm.respond = oracle(args.split, args.langs.split(","))
+            run(args, {"llm_base_url": llm.base_url, "llm_model": "oracle", "llm_requests_per_minute": 0,
+                       "llm_max_retries": 0})
+            print(f"judge requests: {len(llm.requests)}")
+        return
+    run(args, {})
+
+
+def run(args: argparse.Namespace, llm: dict[str, Any]) -> None:
+    """Score every language of the split, with these LLM settings (none: the rules alone)."""
     embedder = SentenceTransformerEmbedder()
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(storage_uri=str(Path(tmp) / "store"), _env_file=None)  # type: ignore[call-arg]
+        settings = Settings(storage_uri=str(Path(tmp) / "store"), _env_file=None, **llm)  # type: ignore[call-arg]
         store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
         with MemoryService(store, embedder, settings, defer_access=False, maintenance=maintenance_of(store)) as service:
             reports = [score_language(service, lang, args.split, show=args.show) for lang in args.langs.split(",")]
@@ -137,7 +178,7 @@ def main() -> None:
               f"{r['recall_main']:.3f}  by class {r['recall_by_class']}  false merges {r['false_merges_by_class']} "
               f"across items {r['false_merges_across_items']}")
     if args.name:
-        write_result(args.name, {"split": args.split, "languages": reports})
+        write_result(args.name, {"split": args.split, "judge": args.judge, "languages": reports})
 
 
 if __name__ == "__main__":

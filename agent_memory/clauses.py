@@ -34,16 +34,22 @@ _CJK = re.compile(f"[{CJK_RANGES}]")
 _EN_OPENERS = re.compile(
     r"^(?:(?:oh|well|also|and|but|so|actually|honestly|btw|fyi|ngl|tbh|lol|haha|ok(?:ay)?|yeah|plus|anyway|"
     r"just so you know|for context|heads up|for the record|small change|one correction|plot twist(?: though)?|"
-    r"i should update you|update)\b[\s,!.:-]*)+",
+    r"i should update you|update|i (?:always |usually )?(?:think|guess|suppose|feel like)|"
+    r"just wanted to (?:say|let you know)(?: that)?)"
+    r"\b[\s,!.:-]*)+",
     re.IGNORECASE,
 )
-_ZH_OPENERS = re.compile(r"^(?:哦对了|对了|另外|还有|不过|但是|可是|其实|说来也怪|好消息|嗯+|哈哈+|所以|而且|可|但)[\s，,！!。…]*")
+_ZH_OPENERS = re.compile(r"^(?:(?:哦对了|对了|另外|还有|不过|但是|可是|其实|说来也怪|好消息|嗯+|哈哈+|所以|而且|我觉得|我感觉|可|但)"
+                         r"[\s，,！!。…]*)+")
 
 _EN_QUESTION = re.compile(
     r"\?\s*$|^(?:what|what's|whats|how|why|when|where|which|who|is|are|do|does|did|can|could|would|should|will|any)\b",
     re.IGNORECASE,
 )
-_ZH_QUESTION = re.compile(r"[?？]\s*$|[吗呢]\s*[。！!]?$|什么|怎么|为什么|哪|有没有|能不能|可不可以|是不是|要不要|多少|几点")
+# Chinese question words ask only where the clause ends as a question or opens with them:
+# "我什么都吃", "我不怎么喝酒", "我多少有点近视" are statements.
+_ZH_QUESTION = re.compile(r"[?？]\s*$|[吗呢]\s*[。！!]?$|^(?:什么|怎么|为什么|哪|有没有|能不能|可不可以|是不是|要不要|多少|几点)"
+                          r"|(?:为什么|有没有|能不能|可不可以|是不是|要不要)")
 _EN_REQUEST = re.compile(
     r"\b(?:can you|could you|would you|will you|help me|give me|make me|build me|write me|show me|tell me|send me|"
     r"remind me|let me know|recommend|suggest|any (?:ideas|tips|suggestions)|please (?!don'?t|never|always)|"
@@ -51,20 +57,22 @@ _EN_REQUEST = re.compile(
     r"i was wondering|wondering if|pls|plz)\b",
     re.IGNORECASE,
 )
-_ZH_REQUEST = re.compile(r"帮我|给我(?:推荐|写|找|想|做|列|查|讲|看)|推荐|你(?:觉得|推荐|帮|能|可以)|请你|告诉我|想请教|求推荐|怎么办|咋办|有啥|该怎么")
+_ZH_REQUEST = re.compile(r"帮我|给我(?:推荐|写|找|想|做|列|查|讲|看)|推荐(?:一下|个|几|点|些)|你(?:觉得|推荐|帮|能|可以)|请你|告诉我|"
+                         r"想请教|求推荐|怎么办|咋办|有啥|该怎么")
 _EN_HYPOTHETICAL = re.compile(r"\b(?:if i|if i were|i'?d (?:be|love|like)|i would|i wish|imagine|suppose|random thought)\b",
                               re.IGNORECASE)
 _ZH_HYPOTHETICAL = re.compile(r"如果|要是|假如|假设|随便想想|万一")
 _EN_PASSING = re.compile(
     r"^(?:thanks?|thank you|ty|thx)\b|^(?:lol|haha|ok|okay|sure|cool|great|nice|perfect|sick|right|yes|no|nah|yep|yeah)"
-    r"(?:[\s!.~,]*(?:thanks?|ty|thx|lol|haha)?)*[\s!.~]*$"
-    r"|\b(?:just wanted to|i (?:think|guess|suppose|mean|know|see|agree|hope|forgot)|i'?m (?:tired|bored|hungry|sorry|fine|good|"
-    r"done[\s.!]*$|back|here|not sure|curious)|i (?:always )?think|did u see|did you see|this week|today|tonight|right now|"
-    r"at the moment|i (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|sounds (?:good|great))\b",
+    r"(?:[\s!.~,]+(?:thanks?|ty|thx|lol|haha)\b)*[\s!.~,]*$"
+    r"|^just wanted to (?:share|say hi|check)|\bi (?:know|see|agree|hope so|forgot)\b|"
+    r"^i'?m (?:tired|bored|hungry|sorry|fine|good|done|back|here|not sure|curious)[\s.!]*$|\bdid (?:u|you) see\b|"
+    r"^i'?m [^,.;]{0,30}\b(?:today|tonight|this week|right now|at the moment)\b|"
+    r"\bi (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|\bsounds (?:good|great)\b",
     re.IGNORECASE,
 )
-_ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|可以|没事)|好累|好冷|好热|好困|饿了|累死|哈哈哈|我觉得|我在想|我猜|心情|"
-                         r"今天|今晚|这周|这几天")
+_ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|可以|没事)[\s，,。！!~～]*$|^谢谢|好累|好冷|好热|好困|饿了|累死|哈哈哈|"
+                         r"我在想|我猜|心情|^(?:今天|今晚|这周|这几天)")
 
 # The user as subject. English: I, I'm, my <thing> (not a person), we/our for the user's team.
 _EN_SELF = re.compile(r"^(?:i|i'm|im|i've|ive|i'll|i am|i have|my|we|we're|we've|our)\b", re.IGNORECASE)
@@ -86,6 +94,8 @@ _ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外�
 _ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|"
                             r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔)")
 # Someone of the user's named or aged: "my daughter Mia", "my son just turned 5", "我女儿叫朵朵".
+# "My wife and I live in Denver": the user speaks, with someone.
+_EN_WITH_ME = re.compile(r"^(?i:my|our) \w+(?: \w+)? and (?:i|me)\b", re.IGNORECASE)
 _EN_NAMES_RELATION = re.compile(r"^(?i:my|our) \w+(?:'s name is| (?:is|just turned|turned) \d+| [A-Z][a-z]+\b)")
 _ZH_NAMES_RELATION = re.compile(r"^我(?:的|家)?\w{1,3}?(?:叫|名叫|今年|刚满|[0-9一二三四五六七八九十两]+岁)")
 # A standing instruction for the assistant: addressed to it, for every time to come.
@@ -114,14 +124,14 @@ _ZH_OTHER_PERSON = re.compile(r"^(?:我(?:们)?(?:的)?|他的|她的)?(?:" + "|
 _EN_RETRACT = re.compile(
     r"\b(?:no longer|not \w+(?: \w+)? any ?more|any ?more|no more|done with|scratch that|changed my mind|"
     r"(?:switched|switching|moved|moving|changed|changing|migrated|migrating|went) (?:over )?(?:from|to)|"
-    r"gave up|given up|quit|stopped|ditched|dropped|cancell?ed|lasted|well,? did|not anymore|instead)\b",
+    r"gave up|given up|quit|ditched|not anymore)\b",
     re.IGNORECASE,
 )
 _EN_WEAK_RETRACT = re.compile(r"\b(?:from now on|going forward|these days|now|moving to|going all in)\b", re.IGNORECASE)
 _EN_OLD = re.compile(
     r"\b(?:no longer (?:\w+ )?|not (?:doing|using|drinking|eating|into|on) |no more |done with |quit |gave up |ditched |"
     r"dropped |stopped (?:using |drinking |eating |doing )?|(?:switched|moved|changed|migrated|went) (?:over )?from )"
-    r"(?P<old>(?!that\b|it\b|this\b|the moon\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
+    r"(?P<old>(?![\w .+#'-]*\b(?:that|it|this|them|those)\b)(?!the moon\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
     re.IGNORECASE,
 )
 _ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
@@ -172,14 +182,14 @@ def subject(clause: str, zh: bool) -> str:
     """Whose clause it is: "self", "other" (another person or thing named as subject) or "none"."""
     text = _bare(clause, zh)
     if zh:
-        if _ZH_NAMES_RELATION.match(text):
+        if _ZH_NAMES_RELATION.match(text) or text.startswith(("我和", "我跟")):
             return "self"
         if _ZH_OTHER_PERSON.match(text) or _zh_relative(text):
             return "other"
         if _ZH_SELF.match(text):
             return "self"
         return "other" if _ZH_OTHER_SUBJECT.match(text) else "none"
-    if _EN_NAMES_RELATION.match(text):
+    if _EN_NAMES_RELATION.match(text) or _EN_WITH_ME.match(text):
         return "self"
     mine = _EN_MY.match(text)
     if mine and any(w and (is_person_word(w.lower()) or is_person_word(w.lower().removesuffix("s"))) for w in mine.groups()):
@@ -240,24 +250,36 @@ def old_values(text: str, zh: bool) -> tuple[str, ...]:
 
 
 # A slip corrected on the spot: "Lyon — sorry, Lille", "the 14th — no wait, the 15th", "周三，不对，周四".
-_EN_CORRECTION = re.compile(r"^(?:sorry|no wait|wait|i mean|oops|actually no|correction)[\s,!.]*$", re.IGNORECASE)
-_ZH_CORRECTION = re.compile(r"^(?:不对|哦不|不是|说错了|打错了|错了|口误)[\s，,！!。]*$")
+_EN_CORRECTION = re.compile(r"^(?:sorry|no wait|wait|i mean|oops|actually no|correction)[\s,!.—–-]*$", re.IGNORECASE)
+_ZH_CORRECTION = re.compile(r"^(?:不对|哦不|不是|说错了|打错了|错了|口误)[\s，,！!。—–-]*$")
+# The cue and the correction in one clause: "I mean Oakland", "sorry, Lille" split at no comma.
+_EN_INLINE_CORRECTION = re.compile(r"^(?:sorry|no wait|i mean|oops)\s+(?P<fix>[^\W_].*)$", re.IGNORECASE)
 
 
 def _corrected(kept: list[str], fix: str, zh: bool) -> None:
-    """Replace the slip at the end of the last kept clause with the correction that follows it."""
+    """Replace the slip at the end of the last kept clause with the correction that follows it:
+    a name for the trailing name ("New York" -> "Boston"), else as many words (or, in Chinese,
+    characters) as the correction has ("the 14th" -> "the 15th", "周三" -> "周四")."""
     last = kept[-1].rstrip()
     tail = last[len(last.rstrip(",，;；:：—– ")):]
-    body = last[: len(last) - len(tail)]
-    fix = fix.strip()
+    body = last[: len(last) - len(tail)].rstrip(",，;；:：—– ")
+    fix = fix.strip().rstrip(",，;；:：—–").strip()
     if zh:
-        first = next(iter(chinese_words(fix[:8] or fix)), fix[:1]) if fix else ""
-        cut = max(len(first), 1)
-        kept[-1] = body[:-cut] + fix if len(body) > cut else fix
+        fix = fix.removeprefix("是")
+        # The correction's first word ("周四出差去深圳" -> "周四"), or all of it with digits ("3月6号").
+        size = len(fix) if any(c.isdigit() for c in fix) else len(next(iter(chinese_words(fix)), fix))
+        # The slip is the body's tail of the correction's size, stopping at a verb-like 在/是/到.
+        slip = body[-size:] if len(body) > size else ""
+        kept[-1] = (body[: len(body) - len(slip)] + fix) if slip else f"{body}{tail}{fix}"
         return
-    words = fix.rstrip(".!?,;—– ").split()
     head = body.split()
-    n = min(len(words), max(len(head) - 1, 0)) if len(words) <= 3 else 0
+    words = fix.rstrip(".!?").split()
+    if words and words[0][:1].isupper():
+        n = 0
+        while n < len(head) - 1 and head[len(head) - 1 - n][:1].isupper():
+            n += 1
+    else:
+        n = min(len(words), max(len(head) - 1, 0)) if len(words) <= 3 else 0
     kept[-1] = " ".join(head[: len(head) - n] + [fix]) if n else f"{body}{tail} {fix}"
 
 
@@ -280,6 +302,10 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
     correcting = False
     for clause in clauses(sentence):
         text = _bare(clause, zh)
+        inline = None if zh else _EN_INLINE_CORRECTION.match(clause.strip())
+        if inline and kept:
+            _corrected(kept, inline.group("fix"), zh)
+            continue
         if (_ZH_CORRECTION if zh else _EN_CORRECTION).match(clause.strip()):
             correcting = bool(kept)
             continue
@@ -321,7 +347,10 @@ def statement(sentence: str) -> str:
     kept: list[str] = []
     correcting = False
     for clause in clauses(sentence):
-        if (_ZH_CORRECTION if zh else _EN_CORRECTION).match(clause.strip()):
+        inline = None if zh else _EN_INLINE_CORRECTION.match(clause.strip())
+        if inline and kept:
+            _corrected(kept, inline.group("fix"), zh)
+        elif (_ZH_CORRECTION if zh else _EN_CORRECTION).match(clause.strip()):
             correcting = bool(kept)
         elif correcting:
             correcting = False

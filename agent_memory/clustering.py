@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations, zip_longest
 from typing import Any
 
 import numpy as np
 
-from agent_memory.merge import KEPT_APART
+from agent_memory.merge import apart_ids
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.stance import Stance, stance
@@ -104,6 +104,7 @@ class _Texts:
     chars: list[frozenset[str]]
     # Each feature's idf over the user's memories of every status (stable from run to run), when given.
     corpus_idf: dict[str, float] | None = None
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Sequence[MemoryRecord], settings: Settings, idf: dict[str, float] | None = None) -> _Texts:
@@ -120,7 +121,7 @@ class _Texts:
             named=[(names(t), word_set(t)) for t in said],
             owned=[owned_terms(t) for t in said],
             ids=[r.id for r in records],
-            apart=[frozenset(str(x) for x in (r.metadata or {}).get(KEPT_APART) or ()) for r in records],
+            apart=[frozenset(apart_ids(r)) for r in records],
             roles=[role_tokens(t) for t in said],
             features=[lexical_features(t) for t in said],
             chars=[content_characters(t) for t in said],
@@ -194,7 +195,7 @@ def _links(
     texts = _Texts.of(records, settings, idf)
     judge_bar = settings.consolidation.judge_similarity if near_misses else 1.0
     cosine_misses = _link_readable(texts, vectors, settings, links, judge_bar)
-    _link_lexical(texts, settings, links)
+    _link_lexical(texts, vectors, settings, links)
     _link_duplicates(texts, links)
     if not near_misses:
         return links, []
@@ -242,12 +243,12 @@ def _link_readable(texts: _Texts, vectors: np.ndarray, settings: Settings, links
     return misses
 
 
-def _link_lexical(texts: _Texts, settings: Settings, links: Links) -> None:
+def _link_lexical(texts: _Texts, vectors: np.ndarray, settings: Settings, links: Links) -> None:
     """Link by wording, with the same stance and roles: a pair with a text the model cannot read
     at an order-free lexical similarity (`weighted_overlap` of words and characters, idf over
     these memories) of at least `consolidation_lexical_similarity`; any other pair when it says
-    the same content words, whatever its cosine ("I'm allergic to cats", "the user is allergic
-    to cats": the model scores the first person and the third apart).
+    the same content words at a cosine of at least 0.6 ("I'm allergic to cats", "the user is
+    allergic to cats": 0.77, where the model scores the first person and the third apart).
 
     Texts the model cannot read embed alike, so their cosine says nothing. Only pairs that share
     a feature are compared (an inverted index), so a user with many memories costs no full
@@ -256,14 +257,24 @@ def _link_lexical(texts: _Texts, settings: Settings, links: Links) -> None:
     bar = settings.consolidation.lexical_similarity
     for similarity, i, j in _lexical_pairs(texts):
         unreadable = texts.unreadable[i] or texts.unreadable[j]
-        close = similarity >= bar and not texts.swapped(i, j) if unreadable else similarity >= 1.0 - 1e-9
+        if unreadable:
+            close = similarity >= bar and not texts.swapped(i, j)
+        else:  # the same words, and a cosine that does not say they mean something else
+            close = similarity >= 1.0 - 1e-9 and float(vectors[i] @ vectors[j]) >= _SAME_WORDS_MIN_COSINE
         if close and j not in links[i] and texts.agree(i, j):
             links[i][j] = links[j][i] = similarity
 
 
+# Where the model reads both, the same content words link from this cosine: "I'm allergic to
+# cats" and "the user is allergic to cats" score 0.77, "Anna is my boss" and "I am Anna's boss" 0.25.
+_SAME_WORDS_MIN_COSINE = 0.6
+
 def _lexical_pairs(texts: _Texts) -> list[NearMiss]:
-    """(similarity, i, j) of every pair with an unreadable text that shares a feature with it, and
-    of every other pair with the same features."""
+    """(similarity, i, j) of the pairs with an unreadable text that share a feature few of the
+    user's memories hold, and of every other pair with the same features; computed once per
+    `_Texts`."""
+    if "lexical_pairs" in texts.cache:
+        return texts.cache["lexical_pairs"]
     unreadable, features = texts.unreadable, texts.features
     pairs: set[tuple[int, int]] = set()
     same: dict[frozenset[str], list[int]] = {}
@@ -277,10 +288,16 @@ def _lexical_pairs(texts: _Texts) -> list[NearMiss]:
         for i, own in enumerate(features):
             for feature in own:
                 holders.setdefault(feature, []).append(i)
-        for members in holders.values():
-            pairs.update((i, j) for i, j in combinations(members, 2) if unreadable[i] or unreadable[j])
+        # A feature most of the user's memories hold says little: it is no key (texts made only of
+        # such features meet in the bucket of equal features above).
+        common = max(50, len(features) // 20)
+        for i, own in enumerate(features):
+            for key in (f for f in own if len(holders[f]) <= common):
+                pairs.update((min(i, j), max(i, j)) for j in holders[key] if j != i and (unreadable[i] or unreadable[j]))
     idf = texts.idf() if pairs else {}
-    return [(weighted_overlap(features[i], features[j], idf), i, j) for i, j in sorted(pairs)]
+    found = [(weighted_overlap(features[i], features[j], idf), i, j) for i, j in sorted(pairs)]
+    texts.cache["lexical_pairs"] = found
+    return found
 
 
 def _link_duplicates(texts: _Texts, links: Links) -> None:
@@ -350,6 +367,19 @@ def _complete_linkage(nodes: list[int], links: Links) -> list[list[int]]:
     return [sorted(m) for m in members.values()]
 
 
+def _unlink_kept_apart(part: Sequence[MemoryRecord], groups: dict[int, list[int]], links: Links,
+                       apart: dict[str, set[str]]) -> None:
+    """Drop the links between survivors whose groups hold two memories kept apart: a restored
+    memory never rejoins, through a third, the memory it was restored apart from."""
+    for a in groups:
+        for b in [b for b in links[a] if b in groups]:
+            ids_a = {part[x].id for x in groups[a]}
+            ids_b = {part[y].id for y in groups[b]}
+            if any(apart.get(x, set()) & ids_b for x in ids_a) or any(apart.get(y, set()) & ids_a for y in ids_b):
+                links[a].pop(b, None)
+                links[b].pop(a, None)
+
+
 def canonical_order(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     """Best representative first: importance, then recency, then specificity (distinct terms)."""
     times = [r.created_at.timestamp() for r in records]
@@ -387,7 +417,10 @@ def cluster_memories(
         # judge is asked only when the rules' links are used up, and only about survivors: a
         # merge's survivor may lack a link its absorbed memories had, so it is asked again.
         groups: dict[int, list[int]] = {i: [i] for i in range(len(part))}
+        apart = {r.id: set(apart_ids(r)) for r in part if apart_ids(r)}
         while True:
+            if apart:
+                _unlink_kept_apart(part, groups, links, apart)
             joined = [g for g in _complete_linkage(sorted(groups), links) if len(g) > 1]
             if not joined:
                 if asking is not None and asking.confirm(part_key, part, links, misses, set(groups)):
@@ -452,9 +485,10 @@ def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settin
         texts = _Texts.of(part, settings, idf)
         weights = texts.idf()
         sims = part_vectors @ part_vectors.T
-        near = {(i, j) for i, j in combinations(range(len(part)), 2)
-                if j in links[i] or (not (texts.unreadable[i] or texts.unreadable[j])
-                                     and sims[i, j] >= settings.consolidation.judge_similarity)}
+        readable = ~np.asarray(texts.unreadable, dtype=bool)
+        close = np.triu(sims >= settings.consolidation.judge_similarity, 1) & readable[:, None] & readable[None, :]
+        near = {(int(i), int(j)) for i, j in zip(*np.nonzero(close), strict=True)}
+        near |= {(i, j) for i in links for j in links[i] if i < j}
         near |= {(i, j) for similarity, i, j in _lexical_pairs(texts)
                  if similarity >= settings.consolidation.judge_lexical_similarity}
         for i, j in sorted(near):

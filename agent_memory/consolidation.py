@@ -220,7 +220,8 @@ def consolidate_user(
     if dry_run:
         report.update(plan.counts())
         report["cluster_detail"] = [c.as_dict() for c in plan.clusters]
-        live = [k for k, r in enumerate(records) if r.status == "active"]
+        # The memories the plan clustered: active and not past their expiry.
+        live = [k for k, r in enumerate(records) if r.status == "active" and not (r.expires_at and r.expires_at <= now)]
         report["pair_detail"] = candidate_pairs([records[k] for k in live], vectors[live], service.settings,
                                                 corpus_idf(records))
         return report

@@ -40,7 +40,7 @@ from agent_memory.audit import memory_event
 from agent_memory.errors import InvalidInputError
 from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
-from agent_memory.merge import merge_records, superseded
+from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
 from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised
 from agent_memory.service import MemoryService, group_sessions
@@ -299,9 +299,9 @@ class _Decider:
         "Scratch that", "changed my mind", "no longer", "算了" (strong) take back what the user said
         last in this conversation. "From now on", "now", "以后都" (weak) take back only what they
         are about: the latest statement of this conversation that shares a content word with it,
-        else the user's closest earlier statement, by term overlap or (where the model reads
-        both) cosine, at least `extraction_retract_similarity`. Events and other people's facts
-        are never taken back.
+        else the user's closest earlier statement, by the overlap of their content words (at least
+        `extraction_retract_similarity`) or, where the model reads both, cosine (at least
+        `extraction_retract_cosine`). Events and other people's facts are never taken back.
         """
         earlier = [r for r in self._recent(record) if _retractable(r)]
         session = [r for r in earlier if r.session_id == record.session_id]
@@ -311,15 +311,19 @@ class _Decider:
         for other in session:
             if about & topic_words(_asserted_text(other)):
                 return other  # the latest statement of this conversation about the same thing
-        best, best_score = None, self.settings.extraction.retract_similarity
+        bars = self.settings.extraction
+        best, best_score = None, 1.0  # relative to the bars: 1.0 is "at a bar"
         candidates = {r.id: r for r in [*earlier, *(p for p in pool if _retractable(p))]}
         for other in candidates.values():
             if other.id == record.id or other.created_at > record.created_at:
                 continue
-            score = lexical_similarity(_asserted_text(other), record.content)
+            theirs = topic_words(_asserted_text(other))
+            shared = len(about & theirs)
+            score = (2 * shared / (len(about) + len(theirs)) if shared else 0.0) / bars.retract_similarity
             full = self.settings.recall.oov_full_share
             if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
-                score = max(score, float(np.dot(np.asarray(record.vector), np.asarray(other.vector))))
+                cosine = float(np.dot(np.asarray(record.vector), np.asarray(other.vector)))
+                score = max(score, cosine / bars.retract_cosine)
             if score >= best_score:
                 best, best_score = other, score
         return best
@@ -363,7 +367,7 @@ class _Decider:
     def _decide(self, candidate: Candidate, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
         pool = self._neighbours(candidate, record)
         contradicted = [o for o in pool if self._contradicted(candidate, record, o)]
-        if candidate.retracts and not contradicted and stored_self is None:
+        if candidate.retracts and not candidate.replaces and not contradicted and stored_self is None:
             taken_back = self._retracted(candidate, record, pool)
             if taken_back is not None:
                 contradicted.append(taken_back)
@@ -382,7 +386,7 @@ class _Decider:
                 self.result.created.append(record.id)
                 holder = record
         for old in contradicted:
-            if old.id != holder.id:
+            if old.id != holder.id and not kept_apart(old, holder):  # a restored memory stays restored
                 self._supersede(old, holder)
 
     def _reinforce(self, target: MemoryRecord, record: MemoryRecord) -> None:

@@ -44,10 +44,16 @@ def superseded(record: MemoryRecord, by_id: str, now: datetime) -> MemoryRecord:
 KEPT_APART = "kept_apart_from"
 
 
+def apart_ids(record: MemoryRecord) -> list[str]:
+    """The ids a memory is kept apart from (any other value under the key counts as none)."""
+    value = (record.metadata or {}).get(KEPT_APART)
+    return [str(v) for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def restored(record: MemoryRecord, now: datetime) -> MemoryRecord:
     """A superseded record made active again, kept apart from the memory that had replaced it."""
     back = record.model_copy(deep=True)
-    apart = [str(i) for i in (back.metadata or {}).get(KEPT_APART) or []]
+    apart = apart_ids(record)
     if record.superseded_by and record.superseded_by not in apart:
         apart.append(record.superseded_by)
     back.metadata = {**(back.metadata or {}), KEPT_APART: apart}
@@ -60,4 +66,4 @@ def restored(record: MemoryRecord, now: datetime) -> MemoryRecord:
 
 def kept_apart(a: MemoryRecord, b: MemoryRecord) -> bool:
     """Whether either memory was restored apart from the other (an undone merge or supersede)."""
-    return b.id in ((a.metadata or {}).get(KEPT_APART) or ()) or a.id in ((b.metadata or {}).get(KEPT_APART) or ())
+    return b.id in apart_ids(a) or a.id in apart_ids(b)

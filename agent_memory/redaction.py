@@ -94,6 +94,23 @@ def _is_token(m: re.Match[str]) -> bool:
 _Check = Callable[[re.Match[str]], bool]
 
 
+def _card_shaped(m: re.Match[str]) -> bool:
+    """A number given as a card starts like a card network's (a timestamp does not)."""
+    return re.sub(r"\D", "", m.group("v"))[:1] in "234569"
+
+
+def _not_a_date(m: re.Match[str]) -> bool:
+    """A number given as a phone that is a date ("手机 2024-03-15 买的", "20240315") is a date."""
+    digits = re.sub(r"\D", "", m.group("v"))
+    if len(digits) == 8 and digits[:2] in ("19", "20"):
+        try:
+            _dt.date(int(digits[:4]), int(digits[4:6]), int(digits[6:]))
+            return False
+        except ValueError:
+            return True
+    return True
+
+
 def _introduced(words: str, number: str) -> re.Pattern[str]:
     """A number the text introduces as what it is ("身份证号 1101...", "card number: 4111 ..."): the
     key word, a few joining characters (号, 码, 是, a colon, "number is"), then the number as `v`.
@@ -101,14 +118,18 @@ def _introduced(words: str, number: str) -> re.Pattern[str]:
     Such a number is redacted whatever its checksum: a mistyped or made-up id is still given as
     somebody's id.
     """
-    joint = r"(?:\s*(?:号码|号|码|(?i:number|no\.?|#))?\s*(?:是|为|(?i:is))?\s*[:：=]?\s*)"
+    joint = r"(?:\.?\s*(?:号码|号|码|(?i:number|no\.?|#))?\s*(?:是|为|(?i:is))?\s*[:：=]?\s*)"
     return re.compile(rf"(?:{words}){joint}" + _NL + rf"(?P<v>{number})" + _NR)
 
 
 # Key words that introduce an identity document's number, a card's, a phone's; `(?i:...)` scoped.
-_ID_WORDS = r"身份证|证件|护照|(?<![A-Za-z])(?i:id|passport|identity card|national id)(?![A-Za-z])"
-_CARD_WORDS = r"银行卡|信用卡|储蓄卡|借记卡|卡号|(?<![A-Za-z])(?i:card|credit card|debit card|account)(?![A-Za-z])"
-_PHONE_WORDS = r"手机|电话|联系方式|微信|(?<![A-Za-z])(?i:phone|mobile|cell|tel|telephone|whatsapp|call me at)(?![A-Za-z])"
+# An identity document, not any id: "my discord id is 1234..." is left alone.
+_ID_WORDS = (r"身份证|证件|护照|(?<![A-Za-z])(?i:passport|identity card|national id|id card|id number|id no|"
+             r"resident id|citizen id)(?![A-Za-z])")
+_CARD_WORDS = (r"银行卡|信用卡|储蓄卡|借记卡|卡号|(?<![A-Za-z])(?i:card|credit card|debit card|bank account)(?![A-Za-z])"
+               r"|(?<![A-Za-z])(?i:account)(?=\s*(?i:number|no\.?|#|[:：]))")
+_PHONE_WORDS = (r"手机|电话|联系方式|(?<![A-Za-z])(?i:phone|mobile|tel|telephone|whatsapp|call me at)(?![A-Za-z])"
+                r"|(?<![A-Za-z])(?i:cell)(?=\s*(?i:phone|number|no\.?|#|[:：]))")
 
 # (kind, pattern, check): rows run top to bottom. A named group "v" means "replace only this part"
 # (the keyword stays); check=None accepts every match.
@@ -160,7 +181,9 @@ _RULES: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
         re.compile(_NL + r"[1-9][0-9]{5}(?:18|19|20)[0-9]{2}[01][0-9][0-3][0-9]{4}[0-9Xx]" + _NR),
         _is_cn_id,
     ),
-    ("bank_card", _introduced(_CARD_WORDS, r"[0-9]{12,19}|[0-9]{4}(?:[ -][0-9]{4}){2,3}(?:[ -][0-9]{1,3})?"), None),
+    # A tail group never takes the month of an expiry ("... 1111 12/29").
+    ("bank_card", _introduced(_CARD_WORDS, r"[0-9]{12,19}|[0-9]{4}(?:[ -][0-9]{4}){2,3}(?:[ -][0-9]{1,3}(?![0-9/]))?"),
+     _card_shaped),
     # Grouped 19-digit cards get their own row: as an optional tail of the 16-digit form, the tail
     # would swallow a following "12" of "4111 1111 1111 1111 12/29", fail Luhn and leak the card.
     ("bank_card", re.compile(_NL + r"[0-9]{4}(?:[ -][0-9]{4}){3}[ -][0-9]{3}" + _NR), _is_card),
@@ -175,7 +198,7 @@ _RULES: tuple[tuple[str, re.Pattern[str], _Check | None], ...] = (
         ),
         _is_card,
     ),
-    ("phone", _introduced(_PHONE_WORDS, r"\+?[0-9](?:[ .-]?[0-9]){6,14}"), None),
+    ("phone", _introduced(_PHONE_WORDS, r"\+?[0-9](?:[ .-]?[0-9]){6,14}"), _not_a_date),
     (
         "phone",
         re.compile(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from agent_memory.clauses import instruction, is_chinese, is_event, read_sentence, statement, subject
 from agent_memory.models import MemoryType, MessageRecord
 from agent_memory.text import normalize, terms
+from agent_memory.wording import topic_words
 
 SlotFn = Callable[["re.Match[str]"], tuple[str | None, str | None]]
 
@@ -256,6 +257,12 @@ _SENTENCE = re.compile(r"[^.!?。！？；;\n]+[.!?。！？；;]*")
 _QUESTION = re.compile(r"[?？]\s*$")
 
 
+def _end_of(sentence: str, content: str) -> str:
+    """The punctuation that ended a sentence, unless its content already ends with it."""
+    end = sentence.rstrip()[len(sentence.rstrip().rstrip(".!?。！？；;")):]
+    return "" if content.endswith(end) else end
+
+
 def sentences(text: str) -> list[str]:
     """The sentences of a turn (decimal points and abbreviations are rare enough in chat to ignore)."""
     out = []
@@ -299,13 +306,18 @@ class RulesExtractor:
         for sentence in sentences(message.content):
             reading = read_sentence(sentence, previous_self=about_self)
             about_self = reading is not None
+            stated = statement(sentence)
             candidate = self.match_sentence(sentence, message)
             if candidate is not None and candidate.memory_type != "procedural":
-                stated = statement(sentence)
                 if not stated or subject(sentence, is_chinese(sentence)) == "other":
                     candidate = None  # a rule's words inside a request, a question or someone else's fact
                 else:
-                    candidate.content = stated  # the statement, without the request beside it
+                    # The statement, without the request beside it; its slot and value as corrected
+                    # ("Lyon — sorry, Lille" is a home in Lille).
+                    corrected = self.match_sentence(stated, message) if stated != sentence else None
+                    if corrected is not None and corrected.rule == candidate.rule:
+                        candidate.slot, candidate.value = corrected.slot, corrected.value
+                    candidate.content = stated
             if candidate is None and instruction(sentence) and not _QUESTION.search(sentence):
                 candidate = Candidate(
                     content=sentence, memory_type="procedural", importance=0.8, confidence=0.7,
@@ -326,19 +338,21 @@ class RulesExtractor:
                 candidate.replaces = list(dict.fromkeys([*candidate.replaces, *reading.old]))
             if candidate is None:
                 continue
-            if pending is not None:
+            if pending is not None and (not pending.replaces or topic_words(pending.content) & topic_words(candidate.content)):
                 # "I no longer like dark mode; I prefer light mode now": one change of mind.
                 joint = "" if is_chinese(pending.content) else " "
                 pending.content = f"{pending.content}{pending_end}{joint}{candidate.content}".strip()
                 pending.replaces = list(dict.fromkeys([*pending.replaces, *candidate.replaces]))
                 pending.slot, pending.value = pending.slot or candidate.slot, pending.value or candidate.value
-                candidate, pending = pending, None
-            elif candidate.retracts == "strong" and not (candidate.value and candidate.replaces):
+                out.append(pending)
+                pending = None
+                continue
+            if pending is not None:
+                out.append(pending)  # the next sentence is about something else
+                pending = None
+            if candidate.retracts == "strong" and not (candidate.value and candidate.replaces):
                 # It says what no longer holds; what holds now may follow in the next sentence.
-                pending = candidate
-                pending_end = sentence.rstrip()[len(sentence.rstrip().rstrip(".!?。！？；;")):]
-                if candidate.content.endswith(pending_end):
-                    pending_end = ""
+                pending, pending_end = candidate, _end_of(sentence, candidate.content)
                 continue
             out.append(candidate)
         if pending is not None:

@@ -17,6 +17,7 @@ from agent_memory.audit import erasure_event, memory_event
 from agent_memory.embedding import Embedder
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from agent_memory.ids import memory_id
+from agent_memory.merge import KEPT_APART, apart_ids
 from agent_memory.models import (
     MemoryEvent,
     MemoryPatch,
@@ -234,6 +235,9 @@ class MemoryService:
                 setattr(updated, name, fields[name])
         if "metadata" in fields and fields["metadata"] is not None:
             updated.metadata = self.rows.redact_metadata(fields["metadata"])
+            if apart_ids(current) and KEPT_APART not in updated.metadata:
+                # Restoring kept this memory apart from what had replaced it; a new metadata keeps that.
+                updated.metadata[KEPT_APART] = apart_ids(current)
             if len(json.dumps(updated.metadata, default=str).encode()) > self.settings.limits.max_metadata_bytes:
                 raise InvalidInputError(f"metadata is larger than {self.settings.limits.max_metadata_bytes} bytes")
         updated.updated_at = self.clock()

@@ -149,8 +149,11 @@ class ExtractionSettings(Group):
         description="The same, by cosine (only where the embedding model reads both texts).")
     retract_similarity: float = env(
         "extraction_retract_similarity", 0.3, gt=0, le=1,
-        description="How close (term overlap, or cosine where the model reads both) an earlier memory must be for a "
-                    "change of mind that names no old value (\"from now on\", \"以后都\") to take it back.")
+        description="How close by term overlap an earlier memory must be for a change of mind that names no old "
+                    "value (\"from now on\", \"以后都\") to take it back.")
+    retract_cosine: float = env(
+        "extraction_retract_cosine", 0.6, gt=0, le=1,
+        description="The same by cosine, where the embedding model reads both texts.")
     neighbours: int = env("extraction_neighbours", 8, ge=1, le=50,
                           description="Existing memories of the user shown to the LLM and compared with each candidate.")
     conversation_mode: Literal["raw", "rules", "llm"] | None = Field(

@@ -234,18 +234,53 @@ def role_tokens(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
-    """Whether two statements put the same words in swapped roles around a word they share.
+# Prepositions, and the words that mark a role in Chinese: each moves with its object, and which
+# object it takes is the role ("from Berlin to Munich", "比我哥", "从 Go 到 Java").
+_PREPOSITIONS = frozenset("from to into over than for with at in on as by of about after before 从 到 在 向 给 对 比 把 被".split())
 
-    "I drink tea, not coffee" and "I drink coffee, not tea"; "Anna manages the user" and "the user
-    manages Anna"; "不喝咖啡只喝茶" and "不喝茶只喝咖啡"; "从 Go 迁移到 Java" and "从 Java 迁移到 Go":
-    around a shared word (not, manages, 只, 迁移) one word crosses from its left to its right and
-    another from its right to its left. Moving one phrase ("on weekends the user plays tennis",
-    "the user plays tennis on weekends") or swapping two equals ("花生和芒果", "芒果和花生")
-    crosses in one direction only, or across a word that joins equals, and is a restatement.
+
+def _role_units(tokens: Sequence[str]) -> list[str]:
+    """Tokens with each preposition joined to its object ("from:berlin"); an object of equals is
+    one ("对:花生|芒果" for "对花生和芒果")."""
+    out: list[str] = []
+    k = 0
+    while k < len(tokens):
+        if tokens[k] in _PREPOSITIONS and k + 1 < len(tokens) and tokens[k + 1] not in _PREPOSITIONS:
+            preposition, items, k = tokens[k], [tokens[k + 1]], k + 2
+            while k + 1 < len(tokens) and tokens[k] in _SYMMETRIC and tokens[k + 1] not in _PREPOSITIONS:
+                items.append(tokens[k + 1])
+                k += 2
+            out.append(f"{preposition}:{'|'.join(sorted(items))}")
+        else:
+            out.append(tokens[k])
+            k += 1
+    return out
+
+
+def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two statements put the same words in swapped roles.
+
+    A preposition that takes another shared word as its object ("from Berlin to Munich" and "from
+    Munich to Berlin"; "prefers trains over planes" and "... planes over trains"; "我比我哥高" and
+    "我哥比我高"). Or, around a shared word, one word crossing from its left to its right and
+    another from its right to its left ("I drink tea, not coffee" and "I drink coffee, not tea";
+    "Anna manages the user" and "the user manages Anna"; "不喝咖啡只喝茶" and "不喝茶只喝咖啡"). A
+    phrase moved whole, its preposition with it ("on weekends the user plays tennis", "the user
+    plays tennis on weekends"; "in 2020 I moved to Berlin from Paris"), or two equals swapped
+    ("花生和芒果", "芒果和花生") cross in one direction only, or across a word that joins equals,
+    and are restatements.
     """
-    pos_a = {w: k for k, w in enumerate(a) if a.count(w) == 1}
-    pos_b = {w: k for k, w in enumerate(b) if b.count(w) == 1}
+    units_a, units_b = _role_units(a), _role_units(b)
+    words_a, words_b = set(a), set(b)
+    objects_a = {u.split(":", 1)[0]: u.split(":", 1)[1] for u in units_a if ":" in u}
+    objects_b = {u.split(":", 1)[0]: u.split(":", 1)[1] for u in units_b if ":" in u}
+    for preposition, obj in objects_a.items():
+        other = objects_b.get(preposition)
+        if other and other != obj and obj in words_b and other in words_a:
+            return True
+    # A preposition's phrase moves freely ("in Boston, I work ..."): only the bare words cross.
+    pos_a = {w: k for k, w in enumerate(units_a) if units_a.count(w) == 1 and ":" not in w}
+    pos_b = {w: k for k, w in enumerate(units_b) if units_b.count(w) == 1 and ":" not in w}
     shared = [w for w in pos_a if w in pos_b]
     if len(shared) < 3:
         return False
@@ -290,10 +325,15 @@ def weighted_overlap(a: frozenset[str], b: frozenset[str], idf: dict[str, float]
     return 2 * sum(idf.get(f, 1.0) for f in a & b) / total if total else 0.0
 
 
+# Verbs every statement of a taste or a habit uses: sharing one says nothing of sharing a topic.
+_GENERIC_VERBS = frozenset("like love use have get go do make want enjoy prefer need 喜欢 使用 用 有 想 要 去 做 爱 觉得".split())
+
+
 def topic_words(text: str) -> frozenset[str]:
     """What a statement is about: its content words (English stems, Chinese words of two or more
-    characters), without single characters, function words or the subject."""
-    return frozenset(f for f in lexical_features(text) if not (_CJK_CHAR.match(f) and len(f) < 2))
+    characters), without single characters, function words, generic verbs or the subject."""
+    return frozenset(f for f in lexical_features(text)
+                     if not (_CJK_CHAR.match(f) and len(f) < 2) and f not in _GENERIC_VERBS)
 
 
 def content_characters(text: str) -> frozenset[str]:

@@ -15,7 +15,7 @@ from agent_memory.audit import audit_view, memory_event
 from agent_memory.embedding import Embedder
 from agent_memory.errors import ConflictError, NotFoundError
 from agent_memory.ids import stable_id
-from agent_memory.merge import merge_records, restored, superseded
+from agent_memory.merge import apart_ids, merge_records, restored, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, OrgScope, Scope
 from agent_memory.store import MemoryStore
 
@@ -221,9 +221,11 @@ class Writes:
         back = restored(record, self.clock())
         if not self.store.replace_memories(scope, [back]):
             raise NotFoundError(f"memory {record.id} not found")
+        before = {"status": record.status, "superseded_by": record.superseded_by,
+                  "valid_to": record.valid_to.isoformat() if record.valid_to else None}
         self.store.append_events(scope, [self._event(
-            back, "restored", actor, before={"status": record.status, "superseded_by": record.superseded_by},
-            after={"status": "active"},
+            back, "restored", actor, before=before,
+            after={"status": "active", "valid_to": None, "kept_apart_from": apart_ids(back)},
         )])
         return back
 

@@ -277,12 +277,21 @@ def test_a_restored_merge_stays_undone(service: MemoryService, clock: Clock) -> 
     assert rows[a].status == rows[b].status == "active"
     restored = service.history(U, b)[-1]
     assert (restored.action, restored.actor) == ("restored", "alice")
-    assert restored.before == {"status": "superseded", "superseded_by": a} and restored.after == {"status": "active"}
+    assert restored.before["status"] == "superseded" and restored.before["superseded_by"] == a
+    assert restored.before["valid_to"] and restored.after == {"status": "active", "valid_to": None, "kept_apart_from": [a]}
     # The next runs leave the two apart; only a superseded memory can be restored.
     assert consolidate(service, clock)["memories_merged"] == 0
     assert memories_of(service)[b].status == "active"
     with pytest.raises(ConflictError, match="only a superseded memory"):
         service.restore(U, b)
+    # A third restatement does not bring them together again, and a new metadata keeps them apart.
+    c = service.add("acme", {"user_id": "alice", "content": "My dog is named Max!", "importance": 0.5})
+    service.update(U, b, {"metadata": {"source": "profile"}})
+    consolidate(service, clock)
+    rows = memories_of(service)
+    assert rows[b].metadata["kept_apart_from"] == [a]
+    # c and b are one fact (c, more important, stands for both); a stays apart from them.
+    assert rows[a].status == "active" and rows[b].superseded_by == c and rows[c].status == "active"
     # The CLI does the same on the embedded store.
     service.supersede(U, memories_of(service)[b], a)
     out = io.StringIO()

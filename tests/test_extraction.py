@@ -168,6 +168,22 @@ def test_a_switch_supersedes_the_preference_it_is_about_not_an_event_that_names_
     assert any("Neovim" in text for text in active)
 
 
+@pytest.mark.parametrize(("before", "after"), [
+    ("I am a nurse.", "I dropped my kids at school and went for a run."),
+    ("I love coffee.", "I stopped by the bakery on my way."),
+    ("I live in Berlin.", "I quit smoking last year."),
+    ("I use Linux at home.", "I use VS Code now."),
+    ("I like jazz.", "I like sushi these days."),
+])
+def test_a_statement_that_is_no_change_of_mind_about_it_leaves_a_memory_alone(
+    service: MemoryService, before: str, after: str
+) -> None:
+    records = _log(service, [("user", before), ("assistant", "Noted."), ("user", after)])
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    assert before in _active(service)
+    assert service.list(U, limit=10, status="superseded").records == []
+
+
 def test_unrelated_facts_do_not_interfere(service: MemoryService) -> None:
     extract_and_store(service, "acme", _log(service, [("user", "I live in Denver."), ("user", "我家养了一只猫。")],
                                             user="u2"), "rules", actor="test")

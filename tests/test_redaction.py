@@ -170,6 +170,8 @@ def test_a_bare_bank_card_needs_luhn_and_one_introduced_as_a_card_does_not(
     assert (out.text == f"ref {number} on file") is not is_card
     for said in (f"card {number} on file", f"my credit card number is {number}", f"信用卡卡号：{number}"):
         assert r.redact(said).counts == {"bank_card": 1}, said
+    # The expiry after a grouped card stays prose.
+    assert r.redact_text(f"card number {number} 12/29") == "card number [BANK_CARD] 12/29"
 
 
 def test_a_bare_cn_id_needs_check_digit_and_birth_date_one_introduced_as_an_id_does_not(r: Redactor) -> None:
@@ -179,7 +181,7 @@ def test_a_bare_cn_id_needs_check_digit_and_birth_date_one_introduced_as_an_id_d
     for number in (wrong_check, bad_date, future):
         assert r.redact_text(f"ref {number} end") == f"ref {number} end"
         # A mistyped or made-up id given as an id is still somebody's id.
-        assert r.redact_text(f"ID {number} end") == "ID [CN_ID] end"
+        assert r.redact_text(f"ID number {number} end") == "ID number [CN_ID] end"
         assert r.redact_text(f"我的身份证号{number}，帮我记一下") == "我的身份证号[CN_ID]，帮我记一下"
         assert r.redact_text(f"passport no. {number}") == "passport no. [CN_ID]"
     assert r.redact_text(f"ref {VALID_ID.lower()} end") == "ref [CN_ID] end"
@@ -201,7 +203,9 @@ def test_a_number_introduced_as_a_phone_is_redacted(r: Redactor, text: str, expe
 @pytest.mark.parametrize(
     "text",
     ["I have 2 phones, 10 cards and 3 IDs", "card game 2024 edition", "我有3个手机号，2张卡", "the ID column holds 42",
-     "phone battery at 15%", "卡号后四位 1234"],
+     "phone battery at 15%", "卡号后四位 1234", "Excel cell 1048576 is the last row", "手机 2024-03-15 买的",
+     "tel 20240315 meeting", "My discord id is 123456789012345678", "order ID 202405201234567890 shipped",
+     "my AWS account 123456789012 is prod", "Timestamp card 1700000000000 ms"],
 )
 def test_key_words_alone_redact_nothing(r: Redactor, text: str) -> None:
     assert r.redact_text(text) == text

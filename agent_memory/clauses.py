@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent_memory.stance import is_person_word
+from agent_memory.stance import is_person_word, names_person_first
 from agent_memory.text import CJK_RANGES, chinese_words
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
@@ -84,10 +84,6 @@ _EN_SUBJECTLESS = re.compile(
     re.IGNORECASE,
 )
 _EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
-_ZH_SELF = re.compile(r"^(?:我(?!们?(?:的)?(?:" + "|".join(
-    ["妈", "爸", "老婆", "老公", "妻子", "丈夫", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿", "孩子", "室友", "同事",
-     "老板", "领导", "闺蜜", "朋友", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆", "家人", "邻居", "同学", "对象"])
-    + r"))|咱)")
 _ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面)")
 # Chinese drops the subject: a clause that says when or how often, or how things changed, is
 # the speaker's when nobody else is named.
@@ -114,9 +110,6 @@ def instruction(sentence: str) -> bool:
     """Whether a sentence tells the assistant how to behave from now on ("whenever you give me
     code, use TypeScript", "写代码的时候注释也用中文")."""
     return bool((_ZH_INSTRUCTION if is_chinese(sentence) else _EN_INSTRUCTION).search(sentence))
-_ZH_OTHER_PERSON = re.compile(r"^(?:我(?:们)?(?:的)?|他的|她的)?(?:" + "|".join(
-    ["妈", "爸", "老婆", "老公", "妻子", "丈夫", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿", "孩子", "室友", "同事",
-     "老板", "领导", "闺蜜", "朋友", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆", "邻居", "同学", "对象"]) + ")")
 
 # A change of mind, as grammar: what retracts, and what says what holds now.
 # Strong: it takes back what was said ("scratch that" retracts the user's last statement). Weak:
@@ -184,9 +177,9 @@ def subject(clause: str, zh: bool) -> str:
     if zh:
         if _ZH_NAMES_RELATION.match(text) or text.startswith(("我和", "我跟")):
             return "self"
-        if _ZH_OTHER_PERSON.match(text) or _zh_relative(text):
+        if _zh_relative(text):
             return "other"
-        if _ZH_SELF.match(text):
+        if text.startswith(("我", "咱")):
             return "self"
         return "other" if _ZH_OTHER_SUBJECT.match(text) else "none"
     if _EN_NAMES_RELATION.match(text) or _EN_WITH_ME.match(text):
@@ -205,12 +198,15 @@ _KIN_ENDINGS = ("哥", "姐", "弟", "妹", "爸", "妈", "叔", "姨", "舅", "
 
 
 def _zh_relative(text: str) -> bool:
-    """Whether a Chinese clause starts with someone of the user's ("我表弟", "我们领导", "我的大学室友")."""
+    """Whether a Chinese clause starts with someone other than the user: a relation, the user's
+    or someone's ("我表弟", "我们领导", "我的大学室友", "同事", "他的老板"), or another person."""
+    rest = re.sub(r"^(?:我们|我家|我)的?", "", text)
+    if names_person_first(rest):
+        return True
     words = [w for w in chinese_words(text[:10]) if w != "的"]
-    if not words or words[0] not in ("我", "我们", "我家"):
-        return False
-    following = words[1:3]
-    return any(is_person_word(w) or (len(w) <= 3 and w.endswith(_KIN_ENDINGS)) for w in following)
+    # After the user as possessor, the next words say whose; otherwise the first word does.
+    named = words[1:3] if words[:1] and words[0] in ("我", "我们", "我家") else words[:1]
+    return any(is_person_word(w) or (len(w) <= 3 and w.endswith(_KIN_ENDINGS)) for w in named)
 
 
 _EN_IRREGULAR_PAST = (

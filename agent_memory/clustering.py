@@ -48,7 +48,6 @@ from agent_memory.wording import (
     role_tokens,
     swaps_roles,
     weighted_overlap,
-    without_function_words,
     word_set,
 )
 
@@ -89,10 +88,6 @@ class _Texts:
     keys: list[str]
     stances: list[Stance]
     sequences: list[list[str]]
-    contents: list[set[str]]
-    # Word order and wording, compared on what is left without function words: an inserted adverb
-    # is not a disagreement, a reordered or rewritten clause is.
-    stripped: list[str]
     unreadable: list[bool]
     named: list[tuple[frozenset[str], frozenset[str]]]
     owned: list[frozenset[str]]
@@ -115,8 +110,6 @@ class _Texts:
             keys=[exact_key(t) for t in said],
             stances=[stance(t) for t in said],
             sequences=sequences,
-            contents=[set(seq) for seq in sequences],
-            stripped=[without_function_words(t) for t in said],
             unreadable=[r.oov > settings.consolidation.oov_guard for r in records],
             named=[(names(t), word_set(t)) for t in said],
             owned=[owned_terms(t) for t in said],
@@ -181,7 +174,7 @@ def corpus_idf(records: Sequence[MemoryRecord]) -> dict[str, float]:
 
 def _links(
     records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings, *, near_misses: bool = False,
-    idf: dict[str, float] | None = None,
+    idf: dict[str, float] | None = None, texts: _Texts | None = None,
 ) -> tuple[Links, list[NearMiss]]:
     """The may-merge graph of one partition (i -> {j: similarity}), and with `near_misses` the
     pairs the rules refused but that have the same stance and names, a shared content word, and a
@@ -192,7 +185,7 @@ def _links(
     links: Links = {i: {} for i in range(n)}
     if n < 2:
         return links, []
-    texts = _Texts.of(records, settings, idf)
+    texts = texts or _Texts.of(records, settings, idf)
     judge_bar = settings.consolidation.judge_similarity if near_misses else 1.0
     cosine_misses = _link_readable(texts, vectors, settings, links, judge_bar)
     _link_lexical(texts, vectors, settings, links)
@@ -464,7 +457,7 @@ def pair_signals(a: MemoryRecord, b: MemoryRecord, vector_a: np.ndarray, vector_
                  settings: Settings) -> dict[str, Any]:
     """What linking reads of one pair, and whether it links them (idf over the two alone)."""
     texts = _Texts.of([a, b], settings)
-    links, _ = _links([a, b], np.stack([vector_a, vector_b]), settings)
+    links, _ = _links([a, b], np.stack([vector_a, vector_b]), settings, texts=texts)
     return _signals(texts, 0, 1, float(np.dot(vector_a, vector_b)), 1 in links[0], texts.idf())
 
 
@@ -481,8 +474,8 @@ def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settin
     for indices in partitions.values():
         part = [records[i] for i in indices]
         part_vectors = vectors[indices]
-        links, _ = _links(part, part_vectors, settings, idf=idf)
         texts = _Texts.of(part, settings, idf)
+        links, _ = _links(part, part_vectors, settings, texts=texts)
         weights = texts.idf()
         sims = part_vectors @ part_vectors.T
         readable = ~np.asarray(texts.unreadable, dtype=bool)

@@ -253,7 +253,8 @@ class ConsolidationSettings(Group):
                     "time, intent and names.")
     lexical_similarity: float = env(
         "consolidation_lexical_similarity", 0.8, gt=0, le=1,
-        description="Where the model cannot read a text: the same content words and at least this Dice similarity.")
+        description="Where the model cannot read a text: at least this order-free overlap of words and characters, "
+                    "weighted by their idf over the user's memories.")
     llm_judge: bool = env("consolidation_llm_judge", True, description="Put the near misses the rules refuse to the LLM.")
     judge_similarity: float = env("consolidation_judge_similarity", 0.7, gt=0, le=1,
                                   description="Cosine from which a near miss goes to the judge.")

@@ -107,6 +107,11 @@ def is_person_word(word: str) -> bool:
     return word in _PERSON_WORDS_EN or word in _PERSON_WORDS_CJK
 
 
+def names_person_first(text: str) -> bool:
+    """Whether a Chinese text opens with a person ("闺蜜下周…", "同事说…"), however it segments."""
+    return text.startswith(_PERSON_WORDS_CJK) and not text.startswith(_NOT_PERSON_CJK)
+
+
 def modality(text: str) -> frozenset[str]:
     """The marks of time and intent in a statement: "past" (used to, 以前), "intent" (plans to, 打算)."""
     lowered = normalize(text).replace("’", "'")

@@ -4,7 +4,9 @@ what they are about, and how those words differ (the same, one swapped, or rephr
 Clustering (`agent_memory.clustering`) links two memories only when their wording agrees: a
 restatement names the same things ("Lufthansa", "AB-"), and the bar its cosine must reach
 depends on how its content words differ from the other's. Where the model cannot read a text,
-`lexical_agreement` stands in for cosine.
+`weighted_overlap` of `lexical_features` stands in for cosine; `swaps_roles` tells who does what
+to whom. (`lexical_agreement`, `adds_content` and `content_terms` are the earlier word-set
+measures, kept for the checks that still compare them.)
 """
 
 from __future__ import annotations

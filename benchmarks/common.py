@@ -94,3 +94,19 @@ def cpu_per_request(before: dict[str, float], after: dict[str, float], requests:
     shares = {name: round(ms, 2) for name, ms in per_request.items() if ms >= 0.1}
     shares["total"] = round(sum(per_request.values()), 2)
     return shares
+
+
+def oracle_judge(fact_of: dict[str, Any]) -> Any:
+    """An OpenAI-compatible responder (`loopback.llm_server`) for consolidation's LLM calls that
+    knows the answers: two texts are the same fact when `fact_of` gives both the same fact; a
+    summary keeps the first note."""
+    from agent_memory.judges import JUDGE_PROMPT
+
+    def respond(body: dict[str, Any]) -> str:
+        system, user = (m["content"] for m in body["messages"])
+        if system != JUDGE_PROMPT:
+            return user.splitlines()[0].removeprefix("- ")
+        pairs = json.loads(user)["pairs"]
+        return json.dumps({"same": [p["pair"] for p in pairs if fact_of.get(p["a"]) and fact_of.get(p["a"]) == fact_of.get(p["b"])]})
+
+    return respond

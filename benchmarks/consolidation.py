@@ -40,7 +40,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
-from agent_memory.judges import JUDGE_PROMPT  # noqa: E402
 from agent_memory.models import (  # noqa: E402
     NewMemory,
     OrgScope,  # noqa: E402
@@ -48,7 +47,7 @@ from agent_memory.models import (  # noqa: E402
 )
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
-from benchmarks.common import summarize, write_result  # noqa: E402
+from benchmarks.common import oracle_judge, summarize, write_result  # noqa: E402
 from jobs.consolidate import run_consolidation  # noqa: E402
 from loopback.llm_server import scripted_llm  # noqa: E402
 from storage import LanceStore  # noqa: E402
@@ -231,17 +230,8 @@ def recall_latency(service: MemoryService, labels: dict[str, dict], queries: int
 def oracle(templates: Templates) -> Any:
     """The answers of a judge that knows the plan: two texts are the same fact when both are
     restatements (template variants) of one template and entity. Summaries keep the first note."""
-    fact = {v.format(x=e): (lang, key, e) for lang, table in templates.items()
-            for key, (variants, _, entities) in table.items() for v in variants for e in entities}
-
-    def respond(body: dict[str, Any]) -> str:
-        system, user = (m["content"] for m in body["messages"])
-        if system != JUDGE_PROMPT:
-            return user.splitlines()[0].removeprefix("- ")
-        pairs = json.loads(user)["pairs"]
-        return json.dumps({"same": [p["pair"] for p in pairs if fact.get(p["a"]) and fact.get(p["a"]) == fact.get(p["b"])]})
-
-    return respond
+    return oracle_judge({v.format(x=e): (lang, key, e) for lang, table in templates.items()
+                         for key, (variants, _, entities) in table.items() for v in variants for e in entities})
 
 
 def main() -> int:

@@ -44,11 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_memory.clustering import pair_signals  # noqa: E402
 from agent_memory.consolidation import plan_user  # noqa: E402
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
-from agent_memory.judges import JUDGE_PROMPT, build_judge  # noqa: E402
+from agent_memory.judges import build_judge  # noqa: E402
 from agent_memory.models import Scope  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
-from benchmarks.common import write_result  # noqa: E402
+from benchmarks.common import oracle_judge, write_result  # noqa: E402
 from loopback.llm_server import scripted_llm  # noqa: E402
 from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
@@ -68,16 +68,7 @@ def _load(lang: str, split: str) -> dict[str, Any]:
 
 def oracle(split: str, langs: list[str]) -> Any:
     """A judge's answers from the labels: two texts are one fact when one duplicate group holds both."""
-    group = {t: g["id"] for lang in langs for g in _load(lang, split)["groups"] for t in g["texts"]}
-
-    def respond(body: dict[str, Any]) -> str:
-        system, user = (m["content"] for m in body["messages"])
-        if system != JUDGE_PROMPT:
-            return user.splitlines()[0].removeprefix("- ")
-        pairs = json.loads(user)["pairs"]
-        return json.dumps({"same": [p["pair"] for p in pairs if group.get(p["a"]) and group.get(p["a"]) == group.get(p["b"])]})
-
-    return respond
+    return oracle_judge({t: g["id"] for lang in langs for g in _load(lang, split)["groups"] for t in g["texts"]})
 
 
 def score_language(service: MemoryService, lang: str, split: str, *, show: bool) -> dict[str, Any]:

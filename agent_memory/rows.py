@@ -24,7 +24,7 @@ from agent_memory.models import (
 )
 from agent_memory.redaction import Redactor
 from agent_memory.settings import Settings
-from agent_memory.text import field_text, terms
+from agent_memory.text import field_text, only_asks, terms
 
 
 class RowBuilder:
@@ -99,7 +99,7 @@ class RowBuilder:
         only repeats its context's words ("Thanks!" after a fact) ranks below the turn that said them.
         """
         context, own = index_parts(index_text, content)
-        parts = [field_text(own)] * self.settings.recall.content_boost
+        parts = [field_text(own)] * (1 if only_asks(content) else self.settings.recall.content_boost)
         if context:
             parts.append(field_text(context))
         return " ".join(parts)

@@ -4,7 +4,8 @@ English (and other space-separated scripts) is split into lower-cased words. Chi
 and Korean runs, which have no spaces, become overlapping character bigrams, as Lucene's CJK
 analyser does; the Chinese (Han) parts of a run also give their words, as jieba's dictionary
 segments them, and the single characters of those words (Lucene's CJK unigrams). A short list
-of function words (的, 什么, 怎样) is dropped from all three, characters included. Words carry the terms that bigrams split or blur
+of function words (的, 什么, 怎样) is dropped from all three, characters included, and so is a
+bigram of function words' characters only (是怎 of 是|怎样). Words carry the terms that bigrams split or blur
 (手术费, 一只); bigrams carry what the dictionary lacks (names, new words); characters let a
 paraphrase meet its fact halfway (家庭 and 家里 share 家). The store indexes the joined terms with a plain whitespace tokenizer, so the
 same function serves indexing and querying and the two can never drift apart.
@@ -38,7 +39,8 @@ ENGLISH_STOPWORDS = frozenset(
 
 
 # Chinese function words: particles, pronouns, auxiliaries and question words, dropped as words,
-# as bigrams and as characters (a bigram that only contains one, such as 的猫, stays). Content
+# as bigrams (with a bigram made of their characters only) and as characters (a bigram that holds
+# one content character, such as 的猫, stays). Content
 # words that questions often use (用户, 喜欢) are kept.
 CHINESE_STOPWORDS = frozenset(
     """的 地 得 了 着 过 是 在 有 和 与 及 或 就 也 都 还 又 再 才 很 太 最 更 这 那 这个 那个 这些 那些
@@ -58,18 +60,33 @@ def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
     out: list[str] = []
     for token in _TOKEN.findall(normalize(text)):
         if _CJK_RUN.match(token):
+            words, function = _segment(token)
             if len(token) == 1:
                 out.append(token)
             else:
-                pairs = (token[i : i + 2] for i in range(len(token) - 1))
-                out.extend(pair for pair in pairs if pair not in CHINESE_STOPWORDS)
-            for han in _HAN.findall(token):
-                words = [w for w in chinese_words(han) if w not in CHINESE_STOPWORDS]
-                out.extend(words)
-                out.extend(c for w in words for c in w if c not in CHINESE_STOPWORDS)
+                out.extend(token[i : i + 2] for i in range(len(token) - 1)
+                           if not (function[i] and function[i + 1]))
+            out.extend(words)
+            out.extend(c for w in words for c in w if c not in CHINESE_STOPWORDS)
         elif keep_stopwords or _CLITIC.sub("", token) not in ENGLISH_STOPWORDS:
             out.append(token.replace("’", "'"))
     return out
+
+
+def _segment(run: str) -> tuple[list[str], list[bool]]:
+    """The content words of a CJK run's Han parts, and for each character of the run whether it
+    belongs to a function word."""
+    words: list[str] = []
+    function = [False] * len(run)
+    for part in _HAN.finditer(run):
+        at = part.start()
+        for word in chinese_words(part.group()):
+            if word in CHINESE_STOPWORDS:
+                function[at : at + len(word)] = [True] * len(word)
+            else:
+                words.append(word)
+            at += len(word)
+    return words, function
 
 
 _segmenter_lock = threading.Lock()
@@ -172,6 +189,19 @@ def cjk_share(text: str) -> float:
     if not letters:
         return 0.0
     return sum(1 for c in letters if re.match(rf"[{CJK_RANGES}]", c)) / len(letters)
+
+
+_SENTENCE = re.compile(r"[^。！？!?.\n]+[。！？!?.…]*")
+
+
+def only_asks(text: str) -> bool:
+    """Whether every sentence of a text is a question ("家里有没有需要考虑的人？", "How was it?").
+
+    A turn that only asks tells nothing; the answer after it holds the question's words too (as
+    its context), and is what a search for them wants first.
+    """
+    sentences = [s.strip() for s in _SENTENCE.findall(text) if any(c.isalnum() for c in s)]
+    return bool(sentences) and all(s.endswith(("?", "？")) for s in sentences)
 
 
 def lexical_similarity(a: str, b: str) -> float:

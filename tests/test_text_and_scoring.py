@@ -28,6 +28,10 @@ def test_chinese_becomes_bigrams_and_dictionary_words_and_mixed_text_keeps_words
     # A one-character word that no bigram holds alone is a term of its own: a question about 猫 finds it.
     assert "猫" in terms("我养了一只猫，叫土豆") and "猫" in terms("她养了什么猫？")
     assert "什么" not in terms("她养了什么猫？")  # a function word, as a word and as a bigram
+    # A bigram of function words' characters only goes too (是怎 of 是|怎样, 她是); one with a
+    # content character stays (么忙, 况是).
+    assert not {"是怎", "她是"} & (set(terms("王芳的家庭情况是怎样的？")) | set(terms("她是怎么忙过来的")))
+    assert {"况是", "么忙"} <= set(terms("王芳的家庭情况是怎样的？")) | set(terms("她是怎么忙过来的"))
     # Kana and hangul runs stay bigrams only.
     assert terms("ありがとう") == ["あり", "りが", "がと", "とう"]
 
@@ -41,6 +45,13 @@ def test_chinese_words_are_the_same_from_many_threads() -> None:
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda t: terms(t), texts))
     assert results == [terms(t) for t in texts]
+
+
+def test_a_text_only_asks_when_every_sentence_is_a_question() -> None:
+    for asks in ("好的，家里有没有需要考虑的人？", "Sure, what's up?", "Where to? When?", "真的吗？？"):
+        assert text.only_asks(asks), asks
+    for tells in ("That is great! How about you?", "有，一对双胞胎儿子。", "Thanks.", "好的吗", "", "?!"):
+        assert not text.only_asks(tells), tells
 
 
 def test_fullwidth_is_normalised() -> None:

@@ -26,11 +26,20 @@ def memory_event(
     )
 
 
-def erasure_event(org_id: str, user_id: str, actor: str, at: datetime, counts: dict[str, int]) -> MemoryEvent:
-    """The one content-free event an erasure leaves: who erased the user, and how many rows went."""
+def erasure_event(org_id: str, user_id: str, actor: str, at: datetime, counts: dict[str, int], job_id: str) -> MemoryEvent:
+    """The content-free event an erasure leaves: who erased the user, how many rows went, and the
+    job whose report is the receipt."""
     return MemoryEvent(
         id=ordered_id(), org_id=org_id, user_id=user_id, memory_id=None, action="erased",
-        actor=actor, created_at=at, after={"rows_deleted": counts},
+        actor=actor, created_at=at, after={"rows_deleted": counts, "job_id": job_id},
+    )
+
+
+def purge_event(org_id: str, user_id: str, at: datetime, receipt: dict[str, Any]) -> MemoryEvent:
+    """The event an erasure's purge leaves: the files rewritten and versions removed (no content)."""
+    return MemoryEvent(
+        id=ordered_id(), org_id=org_id, user_id=user_id, memory_id=None, action="purged",
+        actor="system", created_at=at, after=receipt,
     )
 
 

@@ -34,7 +34,7 @@ __all__ = ["ACTOR", "STEPS", "UserPlan", "apply_plan", "build_judge", "build_sum
 
 ACTOR = "consolidation"
 # What a run counts, in the order reports show it.
-STEPS = ("clusters", "merged", "expired", "decayed", "purged")
+STEPS = ("clusters", "merged", "expired", "decayed", "purged", "messages_purged")
 
 
 @dataclass
@@ -73,9 +73,11 @@ def decayed_importance(record: MemoryRecord, now: datetime, settings: Settings) 
     if record.importance <= floor + 1e-6:
         return None
     idle_since = max(record.created_at, record.last_accessed_at or record.created_at)
-    start = idle_since + timedelta(days=settings.consolidation.decay_after_days)
-    if now < start:
+    after = timedelta(days=settings.consolidation.decay_after_days)
+    # Compared as a difference: a memory dated near the year 9999 has no datetime `after` later.
+    if now - idle_since < after:
         return None
+    start = idle_since + after
     period = timedelta(days=settings.consolidation.decay_period_days)
     if record.updated_at < start:
         steps = 1 + math.floor((now - start) / period)
@@ -97,7 +99,8 @@ def plan_user(
 ) -> UserPlan:
     """What a run does for one user's memories (any status), given their vectors in the same order."""
     plan = UserPlan(scope)
-    retention = timedelta(days=settings.consolidation.retention_days)
+    retention_days = settings.consolidation.retention_days
+    retention = timedelta(days=retention_days)
     live: list[int] = []
     for i, r in enumerate(records):
         if r.status == "active":
@@ -105,7 +108,7 @@ def plan_user(
                 plan.expire.append(r)
             else:
                 live.append(i)
-        elif (r.valid_to or r.updated_at) <= now - retention:
+        elif retention_days > 0 and (r.valid_to or r.updated_at) <= now - retention:
             plan.purge.append(r)
     live_records = [records[i] for i in live]
     plan.clusters = cluster_memories(live_records, vectors[live], settings, judge, idf=corpus_idf(records))
@@ -153,6 +156,12 @@ def apply_plan(
     done["decayed"] = writes.decay_many(scope, decayed, actor=ACTOR, at=now)
     done["purged"] = writes.purge_many(scope, plan.purge, actor=ACTOR, reason="retention", at=now)
     return done
+
+
+def purge_messages(service: MemoryService, scope: Scope, now: datetime) -> int:
+    """Delete the user's logged messages older than `consolidation_message_retention_days` (0: none)."""
+    days = service.settings.consolidation.message_retention_days
+    return service.store.drop_messages_before(scope, now - timedelta(days=days)) if days > 0 else 0
 
 
 def _merge_groups(
@@ -227,6 +236,7 @@ def consolidate_user(
         return report
     report["found"] = plan.counts()
     report.update(apply_plan(service, plan, now, summarize) if not plan.empty else dict.fromkeys(STEPS, 0))
+    report["messages_purged"] = purge_messages(service, scope, now)
     if remembered is not None:
         remembered.keep()
     return report

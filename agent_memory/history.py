@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agent_memory.errors import InvalidInputError
@@ -114,9 +115,30 @@ def read_stream(handle: BinaryIO, kind: Literal["jsonl", "csv", "parquet"]) -> I
     else:
         number = 0
         for batch in pq.ParquetFile(handle).iter_batches(batch_size=4096):
-            for row in batch.to_pylist():
+            try:
+                rows: list[dict[str, Any] | str] = list(batch.to_pylist())
+            except (OverflowError, ValueError):
+                # A value Python cannot hold (a timestamp past the year 9999): read row by row, so
+                # that only the rows holding one are rejects.
+                rows = [_parquet_row(batch, i) for i in range(batch.num_rows)]
+            for row in rows:
                 number += 1
-                yield number, {k: v for k, v in row.items() if v is not None}, None
+                if isinstance(row, str):
+                    yield number, None, row
+                else:
+                    yield number, {k: v for k, v in row.items() if v is not None}, None
+
+
+def _parquet_row(batch: pa.RecordBatch, i: int) -> dict[str, Any] | str:
+    """Row `i` of a Parquet batch, or why one of its values cannot be read."""
+    row = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            row[name] = column[i].as_py()
+        except (OverflowError, ValueError) as exc:
+            code = "bad_timestamp" if pa.types.is_temporal(column.type) else "invalid_row"
+            return f"{code}: {name}: {exc}"
+    return row
 
 
 def expand_paired(number: int, row: dict[str, Any]) -> list[dict[str, Any]]:

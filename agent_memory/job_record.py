@@ -14,6 +14,9 @@ from typing import Any
 
 from agent_memory.models import utcnow
 
+# The kind of an erasure's job: its report is the erasure's receipt.
+ERASURE = "erasure"
+
 
 @dataclass(frozen=True, kw_only=True)
 class JobRecord:

@@ -27,10 +27,17 @@ def utcnow() -> datetime:
 
 
 def as_utc(value: datetime) -> datetime:
-    """A timezone-aware UTC datetime; naive values are taken to be UTC."""
+    """A timezone-aware UTC datetime; naive values are taken to be UTC.
+
+    Raises ValueError (which validation reports as bad input) for a time whose UTC date falls
+    outside the years 1 to 9999, such as 0001-01-01T00:00:00+01:00.
+    """
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("the time in UTC falls outside the years 1 to 9999") from None
 
 
 def check_identifier(name: str, value: Any, *, required: bool = True) -> str | None:
@@ -149,6 +156,9 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any]:
     for key in value:
         if not isinstance(key, str) or not key or len(key) > 128:
             raise ValueError("metadata keys must be non-empty strings of at most 128 characters")
+        if "\x00" in key:
+            # Keys are matched by filters, which refuse NUL: such a key could never be found.
+            raise ValueError("metadata keys must not contain NUL characters")
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -285,7 +295,8 @@ class MemoryEvent(BaseModel):
     user_id: str
     memory_id: str | None
     action: Literal[
-        "created", "updated", "reinforced", "superseded", "merged", "restored", "expired", "deleted", "erased"
+        "created", "updated", "reinforced", "superseded", "merged", "restored", "expired", "deleted", "erased",
+        "purged",
     ]
     actor: str
     created_at: datetime

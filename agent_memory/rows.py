@@ -139,7 +139,8 @@ class RowBuilder:
                 MessageRecord(
                     id=stable_id("message", org_id, user_id, session_id, message_id), org_id=org_id,
                     user_id=user_id, agent_id=agent_id, session_id=session_id, message_id=message_id,
-                    role=message.role, name=message.name, content=content, created_at=created,
+                    role=message.role, name=self.redactor.redact_text(message.name) if message.name else None,
+                    content=content, created_at=created,
                     metadata=self.redact_metadata(message.metadata),
                 )
             )

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
 
 from agent_memory.access import AccessRecorder
 from agent_memory.audit import erasure_event, memory_event
 from agent_memory.embedding import Embedder
+from agent_memory.erasure import finish_erasure
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
-from agent_memory.ids import memory_id
+from agent_memory.ids import memory_id, ordered_id
+from agent_memory.job_record import ERASURE, JobRecord
 from agent_memory.merge import KEPT_APART, apart_ids
 from agent_memory.models import (
     MemoryEvent,
@@ -270,21 +273,42 @@ class MemoryService:
             raise NotFoundError(f"memory {memory_id_} not found")
         return events
 
-    def erase_user(self, org_id: str, user_id: str, *, actor: str = "api") -> dict[str, int]:
-        """Erase every trace of a user, unrecoverably; leave one content-free event saying so.
+    def erase_user(self, org_id: str, user_id: str, *, actor: str = "api", purge: bool = True) -> dict[str, Any]:
+        """Erase a user, unrecoverably: open the erasure's job (its report is the receipt), delete
+        the user's rows in every table (gone from every read at once), then, unless `purge` is
+        False (the Writer purges beside its next commits), remove the rows' bytes from every
+        file of the store and the import rejects (`agent_memory.erasure.finish_erasure`).
+        Returns the receipt: {"job_id", "rows_deleted", ...}.
 
-        The rows go first, then every older version of every table (the maintenance interface's
-        purge): a service without one refuses, rather than leave the data in old versions.
+        The job row is written first, so an erasure cut short anywhere is finished at the next
+        start. It names the user only in its report, not as its owner, and so outlives a later
+        erasure of the same user. The audit event says who erased whom and how many rows went.
         """
-        scope = Scope.user(org_id, user_id)
         if self.maintenance is None:
             raise UnavailableError("erasure purges old versions: open the service with its maintenance interface")
-        self.access.discard_user(org_id, user_id)
+        now = self.clock()
+        job = JobRecord.new(f"erase-{ordered_id()}", org_id, ERASURE, state="running", now=now, report={
+            "user_id": user_id, "actor": actor, "requested_at": now.isoformat(),
+        })
+        self.store.put_job(OrgScope(org_id), job.as_row())
+        job = self.delete_user_rows(job)
+        if purge:
+            return finish_erasure(self, self.settings, org_id, job.id)
+        return {"job_id": job.id, **job.report}
+
+    def delete_user_rows(self, job: JobRecord) -> JobRecord:
+        """An erasure's first step: delete the rows of the job's user in every table, record the
+        counts in its report and leave the `erased` event; the job as it is now."""
+        user_id = str(job.report["user_id"])
+        scope = Scope.user(job.org_id, user_id)
+        self.access.discard_user(job.org_id, user_id)
         counts = self.store.erase_user(scope)
-        self.maintenance.purge_versions()
-        self.access.discard_user(org_id, user_id)
-        self.store.append_events(scope, [erasure_event(org_id, user_id, actor, self.clock(), counts)])
-        return counts
+        self.access.discard_user(job.org_id, user_id)
+        job = replace(job, updated_at=self.clock(), report={**job.report, "rows_deleted": counts})
+        self.store.put_job(OrgScope(job.org_id), job.as_row())
+        self.store.append_events(scope, [erasure_event(job.org_id, user_id, str(job.report.get("actor")),
+                                                       job.updated_at, counts, job.id)])
+        return job
 
     def merge(self, scope: Scope, canonical: MemoryRecord, others: Sequence[MemoryRecord], *,
               action: Literal["reinforced", "merged"] = "merged", actor: str = "system") -> MemoryRecord:

@@ -169,18 +169,39 @@ class ExtractionSettings(Group):
 class AuthSettings(Group):
     """Who may call the API, and what is kept of what they send."""
 
-    api_keys_file: Path | None = Field(None, description="API keys (YAML); unset: no keys, loopback only, org `default`.")
-    rate_limit_per_minute: int = Field(0, ge=0, description="Requests per API key and ingress replica (0: off).")
+    api_keys_file: Path | None = Field(
+        None, description="API keys (JSON, made with `agent-memory keys create`; re-read when it changes); unset: no "
+                          "keys, loopback only, org `default`.")
+    rate_limit_per_minute: int = Field(
+        0, ge=0, description="Requests a minute per API key across all ingress replicas (0: off); a key's own "
+                             "`rate_limit_per_minute` in the keys file wins.")
     redaction_enabled: bool = Field(True, description="Redact PII (emails, phones, cards, ids, keys) before storing.")
 
 
 class LimitSettings(Group):
-    """Input limits: larger input is refused with a clear error."""
+    """Input limits and per-org quotas: larger input, or a write over the quota, is refused with a clear error."""
 
     max_body_bytes: int = Field(2_000_000, ge=1_024, description="Largest HTTP request body.")
     max_content_chars: int = Field(8_000, ge=1, description="Longest memory or message content.")
     max_batch_memories: int = Field(1_000, ge=1, description="Memories in one write.")
     max_metadata_bytes: int = Field(16_384, ge=2, description="Largest metadata (as JSON).")
+    quota_memories_per_org: int = Field(
+        0, ge=0, description="Active memories an org may hold; writes over it are refused (403 `quota_exceeded`), "
+                             "0: no quota.")
+    quota_memories_by_org: dict[str, int] = Field(
+        default_factory=dict,
+        description="Quotas of single orgs as JSON, `{\"acme\": 1000000}`, in place of the one above (0: none).")
+    quota_refresh_seconds: float = Field(
+        30.0, gt=0, description="How often the Writer recounts an org's active memories for its quota (deletes, "
+                                "consolidation, imports and extraction are seen then).")
+
+    @field_validator("quota_memories_by_org")
+    @classmethod
+    def _quotas_not_negative(cls, value: dict[str, int]) -> dict[str, int]:
+        negative = sorted(org for org, quota in value.items() if quota < 0)
+        if negative:
+            raise ValueError(f"quota_memories_by_org: quotas must be >= 0 (0: none), not for {', '.join(negative)}")
+        return value
 
 
 class ServingSettings(Group):
@@ -268,8 +289,11 @@ class ConsolidationSettings(Group):
     decay_period_days: float = env("consolidation_decay_period_days", 30.0, gt=0, description="Once per this period.")
     decay_factor: float = env("consolidation_decay_factor", 0.9, gt=0, lt=1, description="By this factor.")
     decay_floor: float = env("consolidation_decay_floor", 0.05, ge=0, le=1, description="Down to this importance.")
-    retention_days: float = env("consolidation_retention_days", 30.0, ge=0,
-                                description="Superseded and expired memories are deleted this long after they left recall.")
+    retention_days: float = env("consolidation_retention_days", 0.0, ge=0,
+                                description="Superseded and expired memories, with their audit events, are deleted this "
+                                            "long after they left recall (0: kept for ever).")
+    message_retention_days: float = env("consolidation_message_retention_days", 0.0, ge=0,
+                                        description="Logged messages older than this are deleted (0: kept for ever).")
     keep_versions_hours: float = env("consolidation_keep_versions_hours", 1.0, ge=0,
                                      description="Old table versions kept after compaction.")
     lease_seconds: float = env("consolidation_lease_seconds", 900.0, gt=0,
@@ -390,3 +414,11 @@ class Settings(BaseModel):
         if self.extraction.conversation_mode is not None:
             return self.extraction.conversation_mode
         return "llm" if self.llm.configured else "rules"
+
+
+def job_report_dir(settings: Settings) -> Path:
+    """Where submitted imports leave their report and rejects: beside a local store, else ./import-reports."""
+    uri = settings.storage.uri
+    if "://" not in uri or uri.startswith("file://"):
+        return Path(uri.removeprefix("file://")).resolve().parent / "import-reports"
+    return Path("import-reports").resolve()

@@ -217,6 +217,18 @@ class MemoryStore(Protocol):
         """The last `last` messages of a session, oldest first."""
         ...
 
+    def drop_memory_events(self, scope: Scope, memory_ids: Sequence[str]) -> int:
+        """Delete the audit events of these memories of the scope's user (retention); the count."""
+        ...
+
+    def drop_messages_before(self, scope: Scope, before: datetime) -> int:
+        """Delete the scope's user's logged messages older than `before` (retention); the count."""
+        ...
+
+    def count_active(self, scope: OrgScope) -> int:
+        """The org's active memories (quotas read it)."""
+        ...
+
     def put_job(self, scope: OrgScope, job: dict[str, Any]) -> None:
         """Create or overwrite a job row of the org."""
         ...
@@ -291,12 +303,23 @@ class StoreMaintenance(Protocol):
         """Add logged hits to active memory rows (one user, one org, or all) and drop them from the log."""
         ...
 
+    def jobs_in(self, kind: str, states: Sequence[str]) -> list[dict[str, Any]]:
+        """The jobs of a kind in these states, of every org, oldest first: {"id", "org_id", "created_at"}."""
+        ...
+
+    def drop_orphan_access(self, scope: Scope) -> int:
+        """Delete the user's logged recall hits of memories that no longer exist; how many."""
+        ...
+
     def memory_owners(self, scope: OrgScope | None = None) -> list[tuple[str, str]]:
         """Every (org, user) holding memories, within one org or across all."""
         ...
 
-    def purge_versions(self) -> None:
-        """Delete every older version of every table (erasure's last step)."""
+    def purge_versions(self, names: Sequence[str] = ..., *, reindex: Sequence[str] = (),
+                       in_turn: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, dict[str, int]]:
+        """Erasure's last step: rewrite the fragments holding deleted rows of these tables (all by
+        default), rebuild their indexes, delete every older version (through `in_turn`, where
+        given); files rewritten and versions removed per table."""
         ...
 
     def stats(self, scope: OrgScope | None = None) -> dict[str, Any]:

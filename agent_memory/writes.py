@@ -299,10 +299,15 @@ class Writes:
 
     def purge_many(self, scope: Scope, records: Sequence[MemoryRecord], *, actor: str, reason: str,
                    at: datetime | None = None) -> int:
-        """Delete memories that left recall long ago; a content-free event each, saying why."""
+        """Delete memories that left recall long ago, and their audit events (which hold their
+        content); a content-free event each, saying why.
+
+        The events go first: cut short after them, the memories are still there for the next
+        run to purge; the other way round, events with their content would outlive them."""
         if not records:
             return 0
         at = at or self.clock()
+        self.store.drop_memory_events(scope, [r.id for r in records])
         deleted = self.store.delete_memories(scope, [r.id for r in records])
         self.access.discard(scope.org_id, [r.id for r in records])
         self.store.append_events(scope, [

@@ -4,13 +4,18 @@ library errors turned into CLI errors."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import ipaddress
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from agent_memory.embedding import build_embedder
@@ -33,6 +38,7 @@ from jobs.reembed import reembed
 from jobs.reindex import reindex
 from jobs.runtime import ensure_ray
 from serve_app.app import build
+from serve_app.auth import ID_CHARS, ROLES, KeysFile
 from serve_app.config import http_options, load_config, port_free, serve_env
 from storage.connect import open_service
 
@@ -88,8 +94,8 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing erased")
                 return 1
-        counts = service.erase_user(args.org_id, args.user_id, actor="cli")
-    _print_json({"erased": counts})
+        receipt = service.erase_user(args.org_id, args.user_id, actor="cli")
+    _print_json({"erased": receipt["rows_deleted"], "receipt": receipt})
     return 0
 
 
@@ -189,10 +195,179 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+# Set in the process that runs the server under `agent-memory serve`'s supervisor.
+SUPERVISED = "AGENT_MEMORY_SERVE_SUPERVISED"
+# What stops the server: Ctrl-C, a kill (Docker, Kubernetes, systemd), its terminal closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a server whose supervisor died may take over its orderly stop before it ends its whole
+# session at once: nobody is left to send it a second signal.
+ORPHAN_STOP_S = 120
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the server in a child process of its own session, and stop it on SIGTERM, SIGINT or SIGHUP.
+
+    Every process the server starts lives in its session: Ray's GCS and raylet, each worker (in
+    a process group of its own) and the HAProxy a worker starts. A Ctrl-C at a terminal signals
+    the whole foreground process group, so without a session of their own Ray's processes would
+    die beside the server's orderly stop. Here only this supervisor gets it, and asks the server to
+    stop: it drains the requests in flight (each write answered after its commit) and stops Serve
+    and Ray. A second signal kills every process of the server's session at once; acknowledged
+    writes are committed already, so nothing acknowledged is lost. If the supervisor itself dies
+    (`kill -9`), the server stops as on a first signal, then ends whatever is left of its session.
+    """
+    if os.environ.get(SUPERVISED) == "1":
+        return _serve(args, settings)
+    supervisor = _Supervisor()
+    # Before the child exists: from here on a signal stops the server, never this process alone.
+    previous = {signum: signal.signal(signum, supervisor.on_signal) for signum in _stop_signals()}
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "cli.main", *args.argv], env={**os.environ, SUPERVISED: "1"},
+                                 start_new_session=True, preexec_fn=_dies_with_this_process())
+        code = supervisor.watch(child)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
+
+
+class _Supervisor:
+    """Passes stop signals on to the server: the first as SIGTERM, any later one as SIGKILL of its
+    whole session. A signal that comes before the server exists is passed on once it does."""
+
+    def __init__(self) -> None:
+        self.signals = 0
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def on_signal(self, _signum: int, _frame: Any) -> None:
+        self.signals += 1
+        self._forward()
+
+    def watch(self, child: subprocess.Popen[bytes]) -> int:
+        """Wait for the server to exit, then end what it left in its session; its exit status."""
+        self.child = child
+        if self.signals:
+            self._forward()  # twice if a signal lands right between these lines: harmless
+        code = child.wait()
+        _kill_session(child.pid)
+        return code
+
+    def _forward(self) -> None:
+        if self.child is None:
+            return
+        if self.signals == 1:
+            self.child.send_signal(signal.SIGTERM)
+        else:
+            _say("second signal: stopping at once", err=True)
+            _kill_session(self.child.pid)
+
+
+def _stop_signals() -> list[signal.Signals]:
+    """The stop signals this process was not told to ignore (`nohup` ignores SIGHUP, a shell
+    without job control SIGINT for a command started with `&`): those stay ignored."""
+    return [signum for signum in STOP_SIGNALS if signal.getsignal(signum) is not signal.SIG_IGN]
+
+
+def _dies_with_this_process() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel send the child SIGTERM when this process dies (Linux's
+    PR_SET_PDEATHSIG), or None where prctl is unavailable: the server then watches its parent pid.
+
+    The setting belongs to the thread that starts the child, here the main thread, which lives as
+    long as the process. It runs in the child between fork and exec, after start_new_session's
+    setsid(); neither setsid nor exec clears it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # should it fail, the server's watch remains
+        if os.getppid() != parent:  # this process died before the call: no signal will ever come
+            os._exit(1)
+
+    return set_death_signal
+
+
+def _kill_session(sid: int, *, spare: int | None = None) -> None:
+    """SIGKILL every process of session `sid` but `spare`, and any they start meanwhile.
+
+    Ray's workers lead process groups of their own inside the session, so the group of the
+    session's leader is not enough. Without /proc (macOS) that group is all that can be named.
+    """
+    if not os.path.isdir("/proc/self"):
+        if spare != sid:
+            try:
+                os.killpg(sid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return
+    for _ in range(50):
+        pids = [pid for pid in _session_pids(sid) if pid != spare]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+
+
+def _session_pids(sid: int) -> list[int]:
+    """The live processes (not zombies) of session `sid`, read from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        # After the command name, which may hold spaces and parentheses: state, ppid, pgrp, session.
+        state, _ppid, _pgrp, session = stat[stat.rindex(b")") + 2:].split()[:4]
+        if int(session) == sid and state not in (b"Z", b"X"):
+            pids.append(int(entry))
+    return pids
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    """Print a line if anyone can still read it: a closed terminal answers writes with EIO."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except OSError:
+        # Later lines go nowhere, and an unflushable buffer does not fail the exit.
+        quiet = open(os.devnull, "w")  # stands in for the stream until the exit
+        if err:
+            sys.stderr = quiet
+        else:
+            sys.stdout = quiet
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import ray
     from ray import serve
 
+    stop = threading.Event()  # a stop asked for while starting is honoured once started
+    parent = os.getppid()
+    stop_signals = _stop_signals()
+
+    def ask_stop() -> None:
+        for signum in stop_signals:
+            signal.signal(signum, lambda *_: stop.set())
+
+    def orphaned() -> bool:
+        return os.getppid() != parent
+
+    ask_stop()
     config = load_config(args.config or settings.serving.config)
     http = http_options(config, args.host, args.port)
     if settings.auth.api_keys_file is None and not _is_loopback(http["host"]):
@@ -210,6 +385,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
     env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env(local=not args.address)}}
     ensure_ray(args.address, runtime_env=env)
+    ask_stop()  # again: starting Ray put its own handlers, which end the process at once
     serve.start(http_options=http)
     serve.run(build(settings, config), name="agent-memory", route_prefix="/")
     url = f"http://{http['host']}:{http['port']}"
@@ -220,14 +396,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
           f"  curl -s {url}/v1/memories/search -H 'content-type: application/json' \\\n"
           "       -d '{\"user_id\": \"u01\", \"query\": \"Which editor does the user use?\"}'\n"
           "Ctrl-C stops the server.", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        print("stopping ...")
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    # The supervisor's death arrives as SIGTERM where the kernel sends it (Linux), else it is seen
+    # here: the parent pid changes when this process is handed to another.
+    while not stop.wait(1.0) and not orphaned():
+        pass
+    alone = orphaned()
+    if alone:
+        watchdog = threading.Timer(ORPHAN_STOP_S, _kill_session, args=(os.getsid(0),))
+        watchdog.daemon = True
+        watchdog.start()
+    _say("stopping: answering the requests in flight, then stopping Serve and Ray ...")
+    serve.delete("agent-memory")  # each replica stops taking requests and finishes those it holds
+    ray.shutdown()
+    if alone:
+        _kill_session(os.getsid(0), spare=os.getpid())  # the supervisor's last step, done here
+    _say("stopped")
     return 0
 
 
@@ -267,6 +450,64 @@ def cmd_consolidate(args: argparse.Namespace, settings: Settings) -> int:
                                use_ray=use_ray, address=args.address)
     _print_json(report)
     return 1 if report["errors"] else 0
+
+
+def _keys_file(args: argparse.Namespace, settings: Settings) -> KeysFile:
+    """The keys file a `keys` command edits: --keys-file, else AGENT_MEMORY_API_KEYS_FILE."""
+    path = args.keys_file or settings.auth.api_keys_file
+    if path is None:
+        raise InvalidInputError("no keys file: pass --keys-file or set AGENT_MEMORY_API_KEYS_FILE")
+    return KeysFile(path)
+
+
+def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue a key: its secret is printed once, only its hash is stored."""
+    keys = _keys_file(args, settings)
+    issued = keys.issue(org_id=args.org, role=args.role, name=args.name, teams=args.team or (),
+                        rate_limit=args.rate_limit)
+    entry = issued.entry
+    if args.json:
+        _print_json({"key": issued.secret, "id": entry["key_sha256"][:ID_CHARS], "keys_file": str(keys.path),
+                     **{k: v for k, v in entry.items() if k != "key_sha256"}})
+        return 0
+    print(issued.secret)
+    teams = f", teams {', '.join(entry['teams'])}" if entry.get("teams") else ""
+    print(f"key {entry['name']!r} ({entry['key_sha256'][:ID_CHARS]}) for org {entry['org_id']!r}, role {entry['role']}{teams}, "
+          f"added to {keys.path}. It is shown only now: store it safely. A running server takes it within a "
+          "second or two.", file=sys.stderr)
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace, settings: Settings) -> int:
+    """The keys of the file: names, orgs, roles, teams, ids; never a key or its whole hash."""
+    keys = _keys_file(args, settings)
+    listing = keys.listing()
+    if args.json:
+        _print_json(listing)
+        return 0
+    if not listing:
+        print(f"no keys in {keys.path}")
+        return 0
+    rows = [("ID", "NAME", "ORG", "ROLE", "TEAMS", "RATE/MIN", "CREATED")] + [
+        (k["id"], str(k["name"] or ""), str(k["org_id"]), k["role"], ",".join(k["teams"]) if k["teams"] is not None else "*",
+         "" if k["rate_limit_per_minute"] is None else str(k["rate_limit_per_minute"]), k["created_at"] or "")
+        for k in listing
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Remove a key by name or id; a running server refuses it within a second or two."""
+    keys = _keys_file(args, settings)
+    gone = keys.revoke(args.name_or_id)
+    if args.json:
+        _print_json(gone)
+    else:
+        print(f"revoked key {gone['name']!r} ({gone['id']}) of org {gone['org_id']!r} in {keys.path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,6 +610,28 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "retry":
             j.add_argument("--force", action="store_true", help="re-run even if the job did not fail")
         j.set_defaults(func=func)
+
+    p = sub.add_parser("keys", help="API keys: create, list and revoke them (the server re-reads the file)")
+    keys_sub = p.add_subparsers(dest="keys_command", required=True)
+    k = keys_sub.add_parser("create", help="issue a random key; it is printed once, only its hash is stored")
+    k.add_argument("--org", "--org-id", dest="org", required=True, help="the org (tenant) the key belongs to")
+    k.add_argument("--role", required=True, choices=ROLES, help="reader, writer or admin (each includes the ones before)")
+    k.add_argument("--name", default=None, help="unique in the file; the actor in audit events (default: ORG-ROLE-<id>)")
+    k.add_argument("--team", action="append", default=None, metavar="TEAM",
+                   help="keep the key's team searches and team-tagged writes to this team (repeatable); "
+                        "default: any team of the org")
+    k.add_argument("--rate-limit", type=int, default=None, metavar="PER_MINUTE",
+                   help="this key's requests a minute across the cluster, in place of "
+                        "AGENT_MEMORY_RATE_LIMIT_PER_MINUTE (0: none)")
+    k.set_defaults(func=cmd_keys_create)
+    k = keys_sub.add_parser("list", help="the keys in the file (never a key or its whole hash)")
+    k.set_defaults(func=cmd_keys_list)
+    k = keys_sub.add_parser("revoke", help="remove a key by its name or id")
+    k.add_argument("name_or_id", help="a key's name, or its id (at least 6 characters) from `keys list`")
+    k.set_defaults(func=cmd_keys_revoke)
+    for k in keys_sub.choices.values():
+        k.add_argument("--keys-file", default=None, help="default: AGENT_MEMORY_API_KEYS_FILE (created if missing)")
+        k.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -376,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `agent-memory` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     overrides: dict[str, Any] = {}
     if getattr(args, "storage_uri", None):
         overrides["storage_uri"] = args.storage_uri

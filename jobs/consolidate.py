@@ -40,7 +40,7 @@ from storage.schema import SYSTEM_ORG
 
 log = logging.getLogger(__name__)
 LEASE = "consolidation"
-COUNTS = ("clusters", "merged", "expired", "decayed", "purged")
+COUNTS = ("clusters", "merged", "expired", "decayed", "purged", "messages_purged")
 # Below this many users, Ray Data's fixed start-up (seconds) costs more than the work itself.
 IN_PROCESS_MAX_USERS = 20
 
@@ -165,6 +165,11 @@ def run_consolidation(
         if not dry_run:
             optimized = maintenance.optimize(retain=timedelta(hours=settings.consolidation.keep_versions_hours), cluster=True)
             report["tables"] = optimized
+            retention = settings.consolidation
+            if report["purged"] or report["messages_purged"] or retention.retention_days or retention.message_retention_days:
+                # What retention deleted leaves the files too, as an erasure's rows do. With
+                # retention on this runs every time, so a purge cut short is done by the next run.
+                report["retention_purge"] = maintenance.purge_versions(["memories", "events", "messages", "access"])
         else:
             report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
     except Exception as exc:
@@ -248,5 +253,5 @@ def _totals(users: list[dict], dry_run: bool) -> dict[str, Any]:
 
 def _job_summary(report: dict[str, Any]) -> dict[str, Any]:
     keep = ("users", "users_changed", "clusters_found", "clusters", "memories_merged", "expired", "decayed",
-            "purged", "judged", "fragments", "versions", "duration_s", "errors")
+            "purged", "messages_purged", "judged", "fragments", "versions", "duration_s", "errors")
     return {k: report[k] for k in keep if k in report}

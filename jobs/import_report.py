@@ -36,6 +36,8 @@ class ImportResult:
     path: str
     mode: str
     engine: str = "local"
+    # The org of rows that name none (an erasure reads it to find the org's rejects).
+    org_id: str | None = None
     rows_read: int = 0
     rows_rejected: int = 0
     messages: int = 0
@@ -60,7 +62,8 @@ class ImportResult:
     def as_dict(self) -> dict[str, Any]:
         """The final JSON report."""
         return {
-            "path": self.path, "mode": self.mode, "engine": self.engine, "rows_read": self.rows_read,
+            "path": self.path, "mode": self.mode, "engine": self.engine, "org_id": self.org_id,
+            "rows_read": self.rows_read,
             "rows_rejected": self.rows_rejected, "rejects_by_reason": self.rejects_by_reason,
             "messages": self.messages, "messages_logged": self.messages_logged, "memories": self.memories,
             "memories_written": self.memories_written, "memories_skipped": self.memories_skipped,

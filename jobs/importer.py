@@ -56,7 +56,7 @@ from agent_memory.history import Format, ImportMode, detect_format
 from agent_memory.job_record import JobRecord
 from agent_memory.models import OrgScope, utcnow
 from agent_memory.service import MemoryService
-from agent_memory.settings import Settings
+from agent_memory.settings import Settings, job_report_dir
 from jobs.import_local import run_local
 from jobs.import_ray import run_ray
 from jobs.import_report import ImportOptions, ImportResult
@@ -120,7 +120,7 @@ def run_import(settings: Settings, options: ImportOptions, *, store: Any = None)
     detect_format(options.path, options.fmt)
     check_mode(options.mode)
     engine = choose_engine(options, settings)
-    result = ImportResult(path=options.path, mode=options.mode, engine=engine)
+    result = ImportResult(path=options.path, mode=options.mode, engine=engine, org_id=options.org_id)
     report_path, rejects_path = report_paths(options)
     job = _JobRow(settings, options, store) if options.job_id else None
     if job:
@@ -276,13 +276,6 @@ def submit_import(
     ).remote()
     runner.run.remote(settings, options)
     return job_id
-
-
-def job_report_dir(settings: Settings) -> Path:
-    """Where submitted imports leave their report and rejects: beside a local store, else ./import-reports."""
-    if is_local(settings.storage.uri):
-        return Path(settings.storage.uri.removeprefix("file://")).resolve().parent / "import-reports"
-    return Path("import-reports").resolve()
 
 
 class ImportRunner:

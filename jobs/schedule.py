@@ -4,20 +4,30 @@ The host calls `run_due(now)` on a timer (every minute is plenty); the schedule 
 run is due and, if so, submits one to the cluster as a Ray task and returns its reference. Runs
 never overlap: the job itself holds the store's lease, so two schedulers (two replicas, or a
 scheduler and a cron job) submitting at once end with one run and one `consolidation_running`.
+
+Every submitted run has its job row from the start (`consolidation-<run_id>`): `queued`, then
+`running` and `succeeded` or `failed`. A run refused because another holds the lease ends
+`failed`, its error starting `consolidation_running:`, so that no row waits forever.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, time, timedelta
 from typing import Any
 
 from agent_memory.errors import ConflictError
-from agent_memory.models import as_utc, utcnow
+from agent_memory.job_record import JobRecord
+from agent_memory.models import OrgScope, as_utc, utcnow
 from agent_memory.settings import Settings
-from jobs.consolidate import run_consolidation
+from agent_memory.store import MemoryStore
+from jobs.consolidate import job_id, report_org, run_consolidation
+from storage import open_store
+
+log = logging.getLogger(__name__)
 
 
 class ConsolidationSchedule:
@@ -73,16 +83,26 @@ class SubmittedRun:
 
 
 def submit_consolidation(
-    settings: Settings, *, org_id: str | None = None, user_id: str | None = None, dry_run: bool = False
+    settings: Settings, *, org_id: str | None = None, user_id: str | None = None, dry_run: bool = False,
+    store: MemoryStore | None = None,
 ) -> SubmittedRun:
     """Start a consolidation run as a task on the Ray cluster this process is connected to.
 
     The task drives the Ray Data job; the run's report is the value of `result`, or
-    `{"skipped": ..., "code": "consolidation_running"}` when another run holds the lease.
+    `{"skipped": ..., "code": "consolidation_running"}` when another run holds the lease. Unless
+    a dry run, the run's job row is written `queued` before the task starts (in `store`, or the
+    store the settings point at), so the run's own states always come after it.
     """
     import ray
 
     run_id = f"run-{uuid.uuid4().hex[:12]}"
+    if user_id is not None and org_id is None:
+        org_id = "default"  # as the run itself reads it
+    if not dry_run:
+        store = store or open_store(settings, embedding_model=None, embedding_dim=None)
+        queued = JobRecord.new(job_id(run_id), report_org(org_id), "consolidation", user_id=user_id,
+                               report={"run_id": run_id})
+        store.put_job(OrgScope(queued.org_id), queued.as_row())
     remote = ray.remote(num_cpus=0.25, max_retries=0)(_run_and_report)
     ref = remote.remote(settings, {"org_id": org_id, "user_id": user_id, "dry_run": dry_run, "owner": run_id})
     return SubmittedRun(run_id, ref)
@@ -92,4 +112,33 @@ def _run_and_report(settings: Settings, options: dict[str, Any]) -> dict[str, An
     try:
         return run_consolidation(settings, use_ray=True, **options)
     except ConflictError as exc:
+        _fail_unstarted(settings, options, f"{exc.code}: {exc.message}")
         return {"skipped": exc.message, "code": exc.code}
+    except Exception as exc:
+        _fail_unstarted(settings, options, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _fail_unstarted(settings: Settings, options: dict[str, Any], error: str) -> None:
+    """End the job row of a run that stopped before it started (another run holds the lease, the
+    store could not be read) as `failed`; a row the run already moved on is left as it is."""
+    if options.get("dry_run"):
+        return
+    try:
+        _end_queued_row(settings, options, error)
+    except Exception:
+        log.exception("could not record the end of consolidation run %s", options["owner"])
+
+
+def _end_queued_row(settings: Settings, options: dict[str, Any], error: str) -> None:
+    owner = options["owner"]
+    scope = OrgScope(report_org(options.get("org_id")))
+    store = open_store(settings, embedding_model=None, embedding_dim=None)
+    row = store.get_job(scope, job_id(owner))
+    if row is not None and row["state"] != "queued":
+        return
+    now = utcnow()
+    job = (JobRecord.from_row(row) if row is not None
+           else JobRecord.new(job_id(owner), scope.org_id, "consolidation", user_id=options.get("user_id"),
+                              report={"run_id": owner}, now=now))
+    store.put_job(scope, replace(job, state="failed", updated_at=now, error=error).as_row())

@@ -42,9 +42,18 @@ class TooLargeError(InvalidInputError):
 
 
 class RateLimitedError(UnavailableError):
-    """Too many requests for this key."""
+    """Too many requests for this key; `retry_after` says in how many seconds one will pass."""
 
     code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# When to try again after a 429 that names no time of its own (the extraction queue is full): a
+# conversation job takes about this long with the rules extractor, longer with an LLM.
+QUEUE_FULL_RETRY_S = 5
 
 
 def unwrap_remote(exc: BaseException) -> BaseException:
@@ -80,6 +89,11 @@ def error_response(exc: BaseException) -> JSONResponse:
     else:
         log.exception("unexpected error", exc_info=exc)
         return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
+    if status == 429:
+        # Every 429 says when to come back: in the Retry-After header and in the body.
+        seconds = getattr(exc, "retry_after", QUEUE_FULL_RETRY_S)
+        return JSONResponse({"error": {"code": exc.code, "message": exc.message, "retry_after_s": seconds}},
+                            status_code=429, headers={"Retry-After": str(seconds)})
     return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, status_code=status)
 
 
@@ -102,8 +116,20 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it could not read (bytes that are not UTF-8 among them): bad
+        # JSON, which the API answers 422 `invalid_input` like any other malformed body.
+        return JSONResponse({"error": {"code": "invalid_input", "message": _unreadable_body(exc)}}, status_code=422)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+
+
+def _unreadable_body(exc: BaseException) -> str:
+    """What was wrong with a request body that could not be read as JSON."""
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: not UTF-8 ({cause.reason}, byte {cause.start}); send JSON encoded as UTF-8"
+    return "body: could not be read as JSON"
 
 
 def add_error_handlers(app: FastAPI) -> None:

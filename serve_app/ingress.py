@@ -17,13 +17,14 @@ from fastapi import FastAPI, Header, Query
 from fastapi.responses import JSONResponse
 
 from agent_memory.embedding import BatchingEmbedder
-from agent_memory.errors import InvalidInputError, NotFoundError
-from agent_memory.models import OrgScope, Scope, check_identifier, utcnow
+from agent_memory.errors import InvalidInputError, NotFoundError, PermissionDeniedError
+from agent_memory.models import OrgScope, Scope, check_identifier
 from agent_memory.settings import Settings
 from jobs.consolidate import job_id as consolidation_job_id
 from jobs.importer import submit_import
 from jobs.schedule import submit_consolidation
 from serve_app import metrics
+from serve_app.auth import Principal
 from serve_app.embedder import query_embedder
 from serve_app.errors import add_error_handlers, unwrap_remote
 from serve_app.middleware import Caller, RequestContext, prepare_state
@@ -94,7 +95,9 @@ class IngressDeployment:
         self._recaller = open_service(settings, embedder=queries, store=self._store, defer_access=True)
         self._recall_pool = ThreadPoolExecutor(max_workers=settings.serving.recall_threads, thread_name_prefix="recall")
         self._recall_latency = metrics.recall_latency()
-        prepare_state(settings)
+        # Keys (re-read as their file changes) and rate limits; the task keeps the limiter's
+        # replica count current, for limits that hold across every ingress replica.
+        self._replica_count = prepare_state(settings)
 
     def __del__(self) -> None:
         if hasattr(self, "_recaller"):
@@ -104,6 +107,13 @@ class IngressDeployment:
 
     async def _read(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def _require_changeable(self, caller: Principal, scope: Scope, memory_id: str) -> None:
+        """For a key kept to teams: `team_forbidden` unless the memory carries one of its teams.
+        A memory that is not the user's, or not there, stays a 404."""
+        if caller.teams is not None:
+            record = await self._read(self._reader.get, scope, memory_id)
+            caller.require_team(record.team_id)
 
     # -- health ------------------------------------------------------------------------------
 
@@ -158,13 +168,21 @@ class IngressDeployment:
         items = [dump(m) for m in body.memories] if isinstance(body, MemoryBatchIn) else [dump(body)]
         if len(items) > self._settings.limits.max_batch_memories:
             raise InvalidInputError(f"{len(items)} memories in one request; the limit is {self._settings.limits.max_batch_memories}")
+        for item in items:
+            # A team's searches return what carries its id: a key kept to some teams adds to those
+            # only, and only memories it may change afterwards (never one of no team).
+            caller.require_team(item.get("team_id"))
         result = await self._writer.add.remote(caller.org_id, items, idempotency_key)
         return {"ids": result["ids"]}
 
     @app.post("/v1/memories/search", tags=["memories"])
     async def search(self, body: SearchIn, caller: Caller) -> JSONResponse:
-        """Recall: vector + keyword search fused with recency and importance, inside one user."""
+        """Recall: vector + keyword search fused with recency and importance, inside one user (or,
+        with `scope: team`, one team). A key kept to teams names only its own as `team_id`, and
+        finds no memory of another team."""
         caller.require("reader")
+        if body.team_id is not None:
+            caller.require_team(body.team_id)
         started = time.perf_counter()
         result = await asyncio.get_running_loop().run_in_executor(
             self._recall_pool, self._recaller.recall, caller.org_id, dump(body)
@@ -172,6 +190,8 @@ class IngressDeployment:
         elapsed_ms = (time.perf_counter() - started) * 1000
         self._recall_latency.observe(elapsed_ms, tags={"degraded": str(result.degraded).lower()})
         payload = result.model_dump(mode="json")
+        if caller.teams is not None and body.team_id is None:
+            payload["memories"] = [hit for hit in payload["memories"] if caller.may_read(hit.get("team_id"))]
         for hit in payload["memories"]:
             for key in ("user_id", "team_id", "agent_id", "session_id"):
                 hit.pop(key, None)
@@ -183,61 +203,78 @@ class IngressDeployment:
         self, caller: Caller, user_id: UserId, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         cursor: str | None = None, status: str = "active",
     ) -> dict[str, Any]:
-        """A user's memories, newest first."""
+        """A user's memories, newest first (for a key kept to teams, those of its teams and of no
+        team: a page may then hold fewer than `limit`; `next_cursor` goes on from where it ended)."""
         caller.require("reader")
         scope = Scope.user(caller.org_id, user_id)
         page = await self._read(
             lambda: self._reader.list(scope, limit=limit, cursor=cursor, status=None if status == "all" else status)
         )
-        return {"memories": [m.public() for m in page.records], "next_cursor": page.next_cursor}
+        records = [m for m in page.records if caller.may_read(m.team_id)]
+        return {"memories": [m.public() for m in records], "next_cursor": page.next_cursor}
 
     @app.get("/v1/memories/{memory_id}", tags=["memories"])
     async def get_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
-        """One memory; another user's or org's id is a 404."""
+        """One memory; another user's or org's id is a 404, another team's (for a key kept to teams) a 403."""
         caller.require("reader")
         record = await self._read(self._reader.get, Scope.user(caller.org_id, user_id), memory_id)
+        caller.require_read(record.team_id)
         return record.public()
 
     @app.patch("/v1/memories/{memory_id}", tags=["memories"])
     async def patch_memory(self, memory_id: str, body: PatchIn, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Change content, type, importance, metadata or expiry in place (content re-embedded)."""
         caller.require("writer")
-        return await self._writer.run.remote(
-            caller.org_id, "update", Scope.user(caller.org_id, user_id), memory_id, dump(body), actor=caller.key_id
-        )
+        scope = Scope.user(caller.org_id, user_id)
+        await self._require_changeable(caller, scope, memory_id)
+        return await self._writer.run.remote(caller.org_id, "update", scope, memory_id, dump(body), actor=caller.key_id)
 
     @app.delete("/v1/memories/{memory_id}", tags=["memories"])
     async def delete_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Delete one memory; its audit trail stays."""
         caller.require("writer")
-        await self._writer.run.remote(
-            caller.org_id, "delete", Scope.user(caller.org_id, user_id), memory_id, actor=caller.key_id
-        )
+        scope = Scope.user(caller.org_id, user_id)
+        await self._require_changeable(caller, scope, memory_id)
+        await self._writer.run.remote(caller.org_id, "delete", scope, memory_id, actor=caller.key_id)
         return {"deleted": memory_id}
 
     @app.post("/v1/memories/{memory_id}/restore", tags=["memories"])
     async def restore_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Undo a wrong supersede or merge: the superseded memory is active again (409 if it is not
-        superseded), with a `restored` event; consolidation keeps it apart from what replaced it."""
+        superseded), with a `restored` event; consolidation keeps it apart from what replaced it.
+        It is one more active memory: an org at its memory quota restores nothing."""
         caller.require("writer")
-        return await self._writer.run.remote(
-            caller.org_id, "restore", Scope.user(caller.org_id, user_id), memory_id, actor=caller.key_id
-        )
+        scope = Scope.user(caller.org_id, user_id)
+        await self._require_changeable(caller, scope, memory_id)
+        return await self._writer.run.remote(caller.org_id, "restore", scope, memory_id, actor=caller.key_id)
 
     @app.get("/v1/memories/{memory_id}/history", tags=["memories"])
     async def history(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
-        """The memory's audit events, oldest first."""
+        """The memory's audit events, oldest first (also after it was deleted, except for a key kept to
+        teams: events do not say which team a deleted memory was of)."""
         caller.require("reader")
-        events = await self._read(self._reader.history, Scope.user(caller.org_id, user_id), memory_id)
+        scope = Scope.user(caller.org_id, user_id)
+        events = await self._read(self._reader.history, scope, memory_id)
+        if caller.teams is not None:
+            try:
+                record = await self._read(self._reader.get, scope, memory_id)
+            except NotFoundError:
+                raise PermissionDeniedError(
+                    f"memory {memory_id} is deleted and its events do not say its team: a key kept to teams "
+                    "cannot read its history; use a key without teams", code="team_forbidden",
+                ) from None
+            caller.require_read(record.team_id)
         return {"events": [e.model_dump(mode="json") for e in events]}
 
-    @app.delete("/v1/users/{user_id}", tags=["users"])
+    @app.delete("/v1/users/{user_id}", status_code=202, tags=["users"])
     async def erase_user(self, user_id: str, caller: Caller) -> dict[str, Any]:
-        """Erase everything of a user, unrecoverably (every table, old versions and files)."""
+        """Erase everything of a user, unrecoverably: gone from every read when this answers; the
+        job `job_id` then removes their bytes from every file of the store (its report is the receipt)."""
         caller.require("admin")
+        caller.require_every_team("erasing a user")
         check_identifier("user_id", user_id)
-        counts = await self._writer.run.remote(caller.org_id, "erase_user", caller.org_id, user_id, actor=caller.key_id)
-        return {"erased": counts}
+        started = await self._writer.erase_user.remote(caller.org_id, user_id, caller.key_id)
+        return {"erased": started["rows_deleted"], "job_id": started["job_id"]}
 
     # -- conversations, sessions, jobs ---------------------------------------------------------
 
@@ -249,6 +286,9 @@ class IngressDeployment:
         OpenAI-compatible model) or `raw` (every turn); default `llm` when an LLM is configured.
         """
         caller.require("writer")
+        # Extraction may reinforce or supersede any memory of the user, of any team, and what it
+        # makes carries no team.
+        caller.require_every_team("learning from a conversation")
         messages = [dump(m) for m in body.messages]
         job_id = await self._writer.log_conversation.remote(
             caller.org_id, body.user_id, body.session_id, body.agent_id, messages, body.mode
@@ -274,7 +314,9 @@ class IngressDeployment:
         (`AGENT_MEMORY_IMPORT_ROOT`): a client never names arbitrary server files.
         """
         caller.require("admin")
+        caller.require_every_team("an import")  # its rows may name any team
         path = resolve_import_path(body.path, self._settings.imports.root)
+        await self._writer.check_room.remote(caller.org_id)  # an org at its memory quota imports nothing
         job_id = await self._read(lambda: submit_import(
             self._settings, path=path, fmt=body.format, mode=body.mode, org_id=caller.org_id, store=self._store
         ))
@@ -284,19 +326,12 @@ class IngressDeployment:
     async def consolidate(self, body: ConsolidateIn, caller: Caller) -> dict[str, str]:
         """Start consolidation of the caller's org (or one user) on the cluster now."""
         caller.require("admin")
+        caller.require_every_team("consolidation")  # it merges and retires memories of every team
+        # The run's job row is written `queued` before its task starts: answerable at once.
         run = await self._read(lambda: submit_consolidation(
-            self._settings, org_id=caller.org_id, user_id=body.user_id, dry_run=False
+            self._settings, org_id=caller.org_id, user_id=body.user_id, dry_run=False, store=self._store
         ))
-        now = utcnow()
-        queued = {"id": consolidation_job_id(run.run_id), "org_id": caller.org_id, "user_id": body.user_id,
-                  "kind": "consolidation", "state": "queued", "progress": 0.0, "created_at": now,
-                  "updated_at": now, "error": None, "report": {"run_id": run.run_id}}
-        # Answerable at once; the run overwrites this row as it starts and ends. If it started
-        # first, its row stands.
-        existing = await self._read(self._store.get_job, OrgScope(caller.org_id), queued["id"])
-        if existing is None:
-            await self._read(self._store.put_job, OrgScope(caller.org_id), queued)
-        return {"job_id": queued["id"]}
+        return {"job_id": consolidation_job_id(run.run_id)}
 
     @app.get("/v1/schedule", tags=["jobs"])
     async def schedule(self, caller: Caller) -> dict[str, Any]:

@@ -6,11 +6,11 @@ They keep their state in `STATE`, set once per ingress replica (one per process)
 when `app.build` wrapped the ingress, and the replica's constructor cannot reach that copy.
 """
 
+import asyncio
 import json
 import logging
 import time
 import uuid
-from collections import defaultdict
 from typing import Annotated, Any
 
 from fastapi import Depends, Header
@@ -18,8 +18,9 @@ from starlette.datastructures import State
 
 from agent_memory.settings import Settings
 from serve_app import metrics
-from serve_app.auth import ANONYMOUS, ApiKeys, Principal
+from serve_app.auth import ANONYMOUS, KeyRing, Principal
 from serve_app.errors import RateLimitedError, TooLargeError, error_response
+from serve_app.limits import RateLimiter, follow_replicas, retry_after
 
 # Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
 log = logging.getLogger("ray.serve")
@@ -27,12 +28,20 @@ log = logging.getLogger("ray.serve")
 STATE = State()
 
 
-def prepare_state(settings: Settings) -> None:
-    """What the middleware and `principal` read in `STATE`: settings, keys, rate windows, metrics."""
+def prepare_state(settings: Settings) -> asyncio.Task[None] | None:
+    """What the middleware and `principal` read in `STATE`: settings, keys, rate limiter, metrics.
+
+    Where a request may be rate limited (a server-wide limit, or keys that may carry their own),
+    returns the task that keeps the limiter's replica count current; the replica holds it.
+    """
+    path = settings.auth.api_keys_file
     STATE.settings = settings
-    STATE.keys = ApiKeys.load(settings.auth.api_keys_file)
-    STATE.rate = defaultdict(list)
+    STATE.keys = KeyRing(path) if path is not None else None
+    STATE.limiter = RateLimiter()
     STATE.requests = metrics.requests()
+    if path is None and not settings.auth.rate_limit_per_minute:
+        return None
+    return asyncio.get_running_loop().create_task(follow_replicas(STATE.limiter))
 
 
 def serve_request_id() -> str | None:
@@ -127,22 +136,23 @@ class RequestContext:
 
 
 async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The caller: the key's org and role, or the anonymous default org when no keys are configured.
+    """The caller: the key's org, role and teams, or the anonymous default org when no keys are
+    configured; RateLimitedError (429, with when to retry) over the key's rate limit.
 
     Asynchronous although it never waits: FastAPI runs a plain function dependency in a worker
     thread, a hand-off per request that cost the event loop more than the check itself.
     """
     state = STATE
-    keys: ApiKeys | None = state.keys
-    caller = ANONYMOUS if keys is None else keys.authenticate(authorization)
-    limit = state.settings.auth.rate_limit_per_minute
+    keys: KeyRing | None = state.keys
+    caller = ANONYMOUS if keys is None else keys.current().authenticate(authorization)
+    limit = state.settings.auth.rate_limit_per_minute if caller.rate_limit is None else caller.rate_limit
     if limit:
-        now = time.monotonic()
-        window = state.rate[caller.key_id]
-        window[:] = [t for t in window if now - t < 60]
-        if len(window) >= limit:
-            raise RateLimitedError(f"more than {limit} requests a minute for this key")
-        window.append(now)
+        wait = state.limiter.take(caller.key_id, limit)
+        if wait:
+            seconds = retry_after(wait)
+            raise RateLimitedError(
+                f"more than {limit} requests a minute for this key; retry in {seconds} s", retry_after=seconds
+            )
     return caller
 
 

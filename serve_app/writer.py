@@ -19,15 +19,18 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from agent_memory.erasure import finish_erasure, resume_erasures
 from agent_memory.errors import NotFoundError
-from agent_memory.models import MemoryRecord, NewMemory, parse_input
+from agent_memory.models import MemoryRecord, NewMemory, OrgScope, parse_input
 from agent_memory.service import WriteResult
 from agent_memory.settings import Settings
 from jobs.conversations import resume_pending_jobs, submit_conversation
 from serve_app import metrics
 from serve_app.embedder import RemoteEmbedder
+from serve_app.limits import OrgQuota
 from storage import open_store
 from storage.connect import open_service
+from storage.maintenance import PURGE_SETTLE_S
 from storage.tables import CommitRetries
 
 if TYPE_CHECKING:
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 
 # Serve's own logger: its JSON encoding (set in cluster/serve_config.yaml) adds request ids.
 log = logging.getLogger("ray.serve")
+# A failed erasure purge is tried again after 30 s, 2 min, 8 min and 32 min, then at the next start.
+PURGE_RETRY_S = 30.0
+PURGE_RETRIES = 4
 
 
 @dataclass
@@ -44,6 +50,28 @@ class _Operation:
     future: asyncio.Future[Any]
     records: list[MemoryRecord] = field(default_factory=list)
     call: Callable[[], Any] | None = None
+
+
+def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
+    """Give a request its outcome, unless it was cancelled meanwhile (its client went away)."""
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _succeeded(done: asyncio.Future[Any]) -> bool:
+    """Whether a finished change went through (not failed, not cancelled)."""
+    return not done.cancelled() and done.exception() is None
+
+
+def _created(done: asyncio.Future[WriteResult]) -> int:
+    """How many memories a finished write created (0 when it failed or was cancelled)."""
+    if done.cancelled() or done.exception() is not None:
+        return 0
+    return len(done.result().created)
 
 
 class FullOptimizeSchedule:
@@ -91,8 +119,16 @@ class WriterDeployment:
         )
         # With the maintenance interface: erasure purges old versions through it.
         self._service = open_service(settings, embedder=remote, store=store, with_maintenance=True)
+        # Every API write passes through here, so the per-org quota is kept here (serve_app.limits).
+        limits = settings.limits
+        self._quota = OrgQuota(
+            limits.quota_memories_per_org, limits.quota_memories_by_org, refresh_s=limits.quota_refresh_seconds,
+            count=lambda org_id: store.count_active(OrgScope(org_id)),
+            existing=lambda org_id, ids: len(store.origin_hashes(OrgScope(org_id), ids)),
+        )
         # One thread: commits happen one after another, in queue order.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit")
+        self._loop = asyncio.get_running_loop()
         self._queue: list[_Operation] = []
         self._wake = asyncio.Event()
         self._writes = metrics.writes()
@@ -124,7 +160,9 @@ class WriterDeployment:
         self._ensure_loop()
         self._queue.append(op)
         self._wake.set()
-        return await op.future
+        # Shielded: a request cancelled while it waits (its client went away) leaves its change
+        # queued, and the change's own bookkeeping (quota, purge) still sees how it ended.
+        return await asyncio.shield(op.future)
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -140,25 +178,23 @@ class WriterDeployment:
                 if batch[0].kind == "call":
                     op = batch[0]
                     try:
-                        op.future.set_result(await loop.run_in_executor(self._executor, op.call))  # type: ignore[arg-type]
+                        result = await loop.run_in_executor(self._executor, op.call)  # type: ignore[arg-type]
                     except Exception as exc:
-                        op.future.set_exception(exc)
+                        _settle(op.future, exc)
+                    else:
+                        _settle(op.future, result)
                     continue
                 try:
                     results = await loop.run_in_executor(self._executor, self._commit, batch)
                 except Exception as exc:
                     for op in batch:
-                        if not op.future.done():
-                            op.future.set_exception(exc)
+                        _settle(op.future, exc)
                     continue
                 finally:
                     # Company: several requests in this commit, or more arrived while it ran.
                     self._concurrent = len(batch) > 1 or bool(self._queue)
-                for op, result in zip(batch, results, strict=True):
-                    if isinstance(result, Exception):
-                        op.future.set_exception(result)
-                    else:
-                        op.future.set_result(result)
+                for op, outcome in zip(batch, results, strict=True):
+                    _settle(op.future, outcome)
 
     def _take_batch(self) -> list[_Operation]:
         """Consecutive writes up to the row cap, or one other operation."""
@@ -227,40 +263,86 @@ class WriterDeployment:
             finally:
                 self._optimizing.release()
 
-    def _paused_maintenance(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def paused(*args: Any, **kwargs: Any) -> Any:
-            with self._optimizing:
-                return fn(*args, **kwargs)
+    def _in_turn(self, call: Callable[[], Any]) -> Any:
+        """Run `call` in the queue's turn, between commits, from another thread; its result."""
+        async def submit() -> Any:
+            return await self._submit(_Operation("call", "", self._loop.create_future(), call=call))
+        return asyncio.run_coroutine_threadsafe(submit(), self._loop).result()
 
-        return paused
+    def _purge(self, org_id: str, job_id: str, attempt: int = 1) -> None:
+        """An erasure's purge, on the maintenance thread (after or before a compaction, never
+        beside one; the upkeep's folds wait for it), while commits go on; its drop of old
+        versions takes its turn in the queue. A failed purge is tried again after
+        `PURGE_RETRY_S` x 4^(attempt - 1), `PURGE_RETRIES` times, then at the next start."""
+        with self._optimizing:
+            try:
+                finish_erasure(self._service, self._settings, org_id, job_id, in_turn=self._in_turn)
+                return
+            except Exception:
+                log.exception("erasure %s: purge attempt %d failed", job_id, attempt)
+        if attempt <= PURGE_RETRIES:
+            self._later(PURGE_RETRY_S * 4 ** (attempt - 1), org_id, job_id, attempt + 1)
+
+    def _later(self, delay_s: float, org_id: str, job_id: str, attempt: int) -> None:
+        """Queue an erasure's purge on the maintenance thread after `delay_s` (unless stopping:
+        the next start finishes it)."""
+        def submit() -> None:
+            if not self._stopping.is_set():
+                self._maintenance.submit(self._purge, org_id, job_id, attempt)
+
+        timer = threading.Timer(delay_s, submit)
+        timer.daemon = True
+        timer.start()
 
     def __del__(self) -> None:
         self._stopping.set()
         self._fold_due.set()
 
     async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:
-        """Validate and redact now; commit with whatever else arrives in the same window."""
+        """Validate and redact now, within the org's quota; commit with whatever else arrives in the
+        same window. Over the quota nothing is queued and `quota_exceeded` is raised."""
         items = [parse_input(NewMemory, m) for m in memories]
         records = [
             self._service.prepare(org_id, item, idempotency_key=idempotency_key, position=i)
             for i, item in enumerate(items)
         ]
-        loop = asyncio.get_running_loop()
-        result: WriteResult = await self._submit(_Operation("write", org_id, loop.create_future(), records=records))
+        held = await self._quota.admit(org_id, [r.id for r in records])
+        future: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
+        # Settled when the commit ends, even if this request is cancelled while it waits.
+        future.add_done_callback(lambda done: self._quota.settle(org_id, held, _created(done)))
+        result = await self._submit(_Operation("write", org_id, future, records=records))
         return {"ids": result.ids, "created": sorted(result.created)}
+
+    async def check_room(self, org_id: str) -> None:
+        """Raise `quota_exceeded` if the org is at its memory quota (before an import starts)."""
+        await self._quota.check_room(org_id)
 
     async def run(self, org_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run a service change (update, delete, restore, erase_user) in its turn."""
-        if method not in ("update", "delete", "restore", "erase_user"):
+        if method not in ("update", "delete", "restore"):
             raise NotFoundError(f"no such operation {method}")
         fn = getattr(self._service, method)
-        if method == "erase_user":
-            fn = self._paused_maintenance(fn)  # its index rebuild and cleanup run alone
-        loop = asyncio.get_running_loop()
-        result = await self._submit(_Operation("call", org_id, loop.create_future(), call=lambda: fn(*args, **kwargs)))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if method == "restore":  # a memory active again counts against the org's quota like a write
+            held = await self._quota.reserve(org_id, 1)
+            future.add_done_callback(lambda done: self._quota.settle(org_id, held, held if _succeeded(done) else 0))
+        result = await self._submit(_Operation("call", org_id, future, call=lambda: fn(*args, **kwargs)))
         if isinstance(result, MemoryRecord):
             return result.public()
         return result
+
+    async def erase_user(self, org_id: str, user_id: str, actor: str) -> dict[str, Any]:
+        """Delete the user's rows in their turn (gone from every read when this returns), then
+        purge their bytes beside the next commits; {"job_id", "rows_deleted"}."""
+        def erase() -> dict[str, Any]:
+            started = self._service.erase_user(org_id, user_id, actor=actor, purge=False)
+            # Scheduled here, not after the answer: a request cancelled meanwhile still gets its
+            # purge. It waits for one flush of the ingress replicas' recall hits, so that hits
+            # made just before the erasure are in the log and purged with the rest.
+            self._later(self._settings.recall.access_flush_seconds + PURGE_SETTLE_S, org_id, started["job_id"], 1)
+            return started
+
+        return await self._submit(_Operation("call", org_id, asyncio.get_running_loop().create_future(), call=erase))
 
     async def log_conversation(
         self, org_id: str, user_id: str, session_id: str, agent_id: str | None,
@@ -269,9 +351,12 @@ class WriterDeployment:
         """Log the turns (in their turn in the queue), then queue their extraction on the cluster.
 
         Answers with the job id at once; a full extraction queue raises `queue_full` (429) after
-        the turns are logged, so nothing the agent sent is lost.
+        the turns are logged, so nothing the agent sent is lost. An org at its memory quota gets
+        `quota_exceeded` (403) before anything is logged.
         """
         records = self._service.message_records(org_id, user_id, session_id, messages, agent_id=agent_id)
+        # Extraction adds memories later, out of the Writer's sight: an org at its quota gets none.
+        await self._quota.check_room(org_id)
         loop = asyncio.get_running_loop()
         await self._submit(_Operation(
             "call", org_id, loop.create_future(), call=lambda: self._service.log_messages(org_id, records)
@@ -281,11 +366,22 @@ class WriterDeployment:
         )
 
     async def _resume_jobs(self) -> None:
-        """Finish conversation jobs accepted before a restart (state lives in the jobs table)."""
+        """Finish conversation jobs and erasures accepted before a restart (state lives in the jobs table)."""
+        self._maintenance.submit(self._resume_erasures)
         try:
             await asyncio.get_running_loop().run_in_executor(None, resume_pending_jobs, self._settings)
         except Exception:
             log.exception("could not resume unfinished conversation jobs")
+
+    def _resume_erasures(self) -> None:
+        with self._optimizing:
+            try:
+                outcome = resume_erasures(self._service, self._settings, in_turn=self._in_turn)
+            except Exception:
+                log.exception("could not look for unfinished erasures")
+                return
+        for org_id, job_id in outcome["failed"]:  # tried again later, like a purge failed after its answer
+            self._maintenance.submit(self._purge, org_id, job_id, 2)
 
     async def ping(self) -> bool:
         """Readiness: the writer is up and its loop is running."""

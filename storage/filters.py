@@ -7,11 +7,11 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import OrgScope, Scope
+from agent_memory.models import OrgScope, Scope, as_utc
 
 _COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -36,8 +36,9 @@ def literal(value: Any) -> str:
             raise InvalidInputError("filter values must be finite numbers")
         return repr(value)
     if isinstance(value, datetime):
-        ts = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return f"arrow_cast('{ts.strftime('%Y-%m-%dT%H:%M:%S.%f')}Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+        ts = as_utc(value).replace(tzinfo=None)
+        # isoformat pads the year to four digits (strftime's %Y does not below 1000 on glibc).
+        return f"arrow_cast('{ts.isoformat(timespec='microseconds')}Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidInputError("filter values must not contain NUL characters")
@@ -98,6 +99,11 @@ class Where:
     def ge(self, name: str, value: Any) -> Where:
         """`name >= value`."""
         self._parts.append(f"{self._col(name)} >= {literal(value)}")
+        return self
+
+    def le(self, name: str, value: Any) -> Where:
+        """`name <= value`."""
+        self._parts.append(f"{self._col(name)} <= {literal(value)}")
         return self
 
     def lt(self, name: str, value: Any) -> Where:

@@ -45,6 +45,23 @@ class Journal:
         events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
         return events
 
+    def drop_memory_events(self, scope: Scope, memory_ids: Sequence[str]) -> int:
+        """Delete the audit events of these memories of the scope's user (retention); the count."""
+        if not memory_ids:
+            return 0
+        return self._delete(sc.EVENTS, scoped(scope, owner_only=True).isin("memory_id", memory_ids).render())
+
+    def drop_messages_before(self, scope: Scope, before: datetime) -> int:
+        """Delete the scope's user's logged messages older than `before` (retention); the count."""
+        return self._delete(sc.MESSAGES, scoped(scope, owner_only=True).lt("created_at", before).render())
+
+    def _delete(self, name: str, where: str) -> int:
+        table = self.tables.table(name)
+        count = table.count_rows(where)
+        if count:
+            retrying(lambda: table.delete(where), f"delete from {name}")
+        return int(count)
+
     def append_messages(self, scope: WriteScope, messages: Sequence[MessageRecord]) -> set[str]:
         """Log messages not logged before; return the row ids that were new."""
         check_within(scope, messages, "message")

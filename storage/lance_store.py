@@ -106,6 +106,10 @@ class LanceStore:
         """Every memory of the scope, any status, and their vectors as one (n, dim) matrix, same order."""
         return self.memories.of_user(scope)
 
+    def count_active(self, scope: OrgScope) -> int:
+        """The org's active memories: one count over the org and status indexes (quotas read it)."""
+        return int(self.connection.table(sc.MEMORIES).count_rows(scoped(scope).eq("status", "active").render()))
+
     def has_memories(self, scope: Scope) -> bool:
         """Whether the user has any memory row (of any status)."""
         return self.memories.any(scope)
@@ -155,6 +159,14 @@ class LanceStore:
     def append_messages(self, scope: WriteScope, messages: Sequence[MessageRecord]) -> set[str]:
         """Log messages (insert-if-absent on row id); return the ids inserted."""
         return self.journal.append_messages(scope, messages)
+
+    def drop_memory_events(self, scope: Scope, memory_ids: Sequence[str]) -> int:
+        """Delete the audit events of these memories (retention purges their content with them)."""
+        return self.journal.drop_memory_events(scope, memory_ids)
+
+    def drop_messages_before(self, scope: Scope, before: datetime) -> int:
+        """Delete the user's logged messages older than `before` (retention)."""
+        return self.journal.drop_messages_before(scope, before)
 
     def session_messages(self, scope: Scope, session_id: str, last: int) -> list[MessageRecord]:
         """The last `last` messages of a session, oldest first."""

@@ -6,9 +6,10 @@ that cross tenants (owners, store-wide stats). The tenant store (`LanceStore`) h
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ import pyarrow as pa
 from agent_memory.models import OrgScope, Scope
 from storage import schema as sc
 from storage.access_log import AccessLog
-from storage.filters import scoped
+from storage.filters import Where, scoped
 from storage.leases import Leases
 from storage.tables import OPTIMIZE_ATTEMPTS, Tables, retrying
 
@@ -26,6 +27,11 @@ CLUSTER_ORDER = ["org_id", "user_id", "created_at"]
 # fold_new_rows: an older uncovered fragment joins a fold while it holds at most this many times
 # the rows of the newer ones taken so far.
 FOLD_RATIO = 4
+# A purge's rewrite meets the Writer's folds and other compactions: up to about 80 s of retries.
+PURGE_ATTEMPTS = 13
+# Between a purge's rewrite and the drop of older versions: time for searches that opened an
+# older version to finish and for every reader to move to the new one.
+PURGE_SETTLE_S = 2.0
 
 
 class StoreMaintenance:
@@ -59,6 +65,34 @@ class StoreMaintenance:
         metadata = {k.decode(): v.decode() for k, v in (dataset.schema.metadata or {}).items()}
         dataset.replace_schema_metadata({**metadata, sc.INDEX_FORMAT_KEY.decode(): str(value)})
 
+    def jobs_in(self, kind: str, states: Sequence[str]) -> list[dict[str, Any]]:
+        """The jobs of a kind in these states, of every org, oldest first: {"id", "org_id", "created_at"}."""
+        where = Where().eq("kind", kind).isin("state", states).render()
+        rows = self.tables.table(sc.JOBS).search().where(where).select(["id", "org_id", "created_at"]).limit(None)
+        return sorted(rows.to_arrow().to_pylist(), key=lambda r: (r["created_at"], r["id"]))
+
+    def drop_orphan_access(self, scope: Scope) -> int:
+        """Delete the scope's user's logged recall hits of memories that no longer exist; how many.
+
+        Each ingress replica buffers the hits of its recalls for `access_flush_seconds`: hits of
+        memories recalled just before an erasure reach the log after the rows were deleted."""
+        owner = Where().scope(scope, owner_only=True)
+        access = self.tables.table(sc.ACCESS)
+        logged = set(access.search().where(owner.render()).select(["memory_id"]).limit(None).to_arrow()
+                     .column("memory_id").to_pylist())
+        if not logged:
+            return 0
+        live = self.tables.table(sc.MEMORIES).search().where(
+            Where().scope(scope, owner_only=True).isin("id", sorted(logged)).render()
+        ).select(["id"]).limit(None).to_arrow().column("id").to_pylist()
+        orphans = sorted(logged - set(live))
+        dropped = 0
+        for start in range(0, len(orphans), 500):
+            where = Where().scope(scope, owner_only=True).isin("memory_id", orphans[start:start + 500]).render()
+            dropped += access.count_rows(where)
+            retrying(lambda w=where: access.delete(w), "drop orphan access rows")
+        return dropped
+
     def memory_owners(self, scope: OrgScope | None = None) -> list[tuple[str, str]]:
         """Every (org, user) that holds memories, sorted; within one org, or across all (None)."""
         scan = self.tables.table(sc.MEMORIES).search()
@@ -68,20 +102,54 @@ class StoreMaintenance:
         distinct = rows.group_by(["org_id", "user_id"]).aggregate([])
         return sorted(zip(distinct.column("org_id").to_pylist(), distinct.column("user_id").to_pylist(), strict=True))
 
-    def purge_versions(self) -> None:
-        """Erasure's last step: every table compacted, re-indexed from live rows, its old versions deleted."""
-        for name in sc.TABLES:
-            self.purge(name)
+    def purge_versions(self, names: Sequence[str] = sc.TABLES, *, reindex: Sequence[str] = (),
+                       in_turn: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, dict[str, int]]:
+        """Erasure's last step: `rewrite_deleted` for each table (indexes rebuilt for those in
+        `reindex` or whose files were rewritten), then, after `PURGE_SETTLE_S`, `drop_old_versions`.
+        Returns, per table, the data files rewritten and written and the old versions removed.
 
-    def purge(self, name: str) -> None:
-        """Compact, rebuild every index from live rows, and delete all older versions and files."""
+        Dropping versions removes the files that only older versions referenced. A search that
+        opened an older version just before would fail on them, so readers get `PURGE_SETTLE_S`
+        to move to the rewritten one (every search checks for the latest version first). A
+        commit that started from an older version would fail too: `in_turn` runs the drop where
+        the caller's own commits cannot run beside it (the Writer's queue); the commits of other
+        processes are retried as conflicts.
+        """
+        report = {name: self.rewrite_deleted(name, reindex=name in reindex) for name in names}
+        time.sleep(PURGE_SETTLE_S)
+        dropped = (in_turn or (lambda call: call()))(lambda: {name: self.drop_old_versions(name) for name in names})
+        return {name: {**report[name], "versions_removed": dropped[name]} for name in names}
+
+    def rewrite_deleted(self, name: str, *, reindex: bool = False) -> dict[str, int]:
+        """Rewrite every fragment of a table that holds a deleted row, and rebuild every index
+        from the live rows when any was rewritten (or `reindex`); the data files rewritten and
+        written.
+
+        Lance deletes a row by marking it in a deletion file and keeps the fragment's data file
+        until the fragment is rewritten; compaction rewrites only fragments whose deleted share
+        passes a threshold. Here the threshold is 0, so no data file that held a deleted row
+        survives in the latest version, however small the deleted share of it.
+        """
         table = self.tables.table(name)
+
+        def rewrite() -> Any:
+            return table.to_lance().optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)
+
+        metrics = retrying(rewrite, f"purge {name}", PURGE_ATTEMPTS)
+        if reindex or metrics.fragments_removed:
+            retrying(lambda: self.tables.create_indexes(table, name, replace=True), f"reindex {name}", PURGE_ATTEMPTS)
+        return {"files_rewritten": int(metrics.fragments_removed), "files_written": int(metrics.fragments_added)}
+
+    def drop_old_versions(self, name: str) -> int:
+        """Delete every version of a table but the latest, with the files only they referenced;
+        how many versions went. Files that no version ever referenced (a write in flight has
+        such files, and one killed before its commit leaves them) are kept: Lance removes them
+        after 7 days."""
         with warnings.catch_warnings():
             # Dropping every older version is the point here; Lance warns about exactly that.
             warnings.simplefilter("ignore", UserWarning)
-            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-            self.tables.create_indexes(table, name, replace=True)
-            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            cleaned = self.tables.table(name).to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+        return int(cleaned.old_versions)
 
     def optimize(self, *, retain: timedelta = timedelta(days=7), cluster: bool = False) -> dict[str, Any]:
         """Compact fragments, fold new rows into indexes, and clean versions older than `retain`.

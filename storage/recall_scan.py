@@ -60,7 +60,7 @@ class RecallScan:
         if recall_filter.since is not None:
             where.ge("created_at", recall_filter.since)
         if recall_filter.until is not None:
-            where.lt("created_at", recall_filter.until + timedelta(microseconds=1))
+            where.le("created_at", recall_filter.until)
         if expiry and recall_filter.now is not None:
             where.null_or_gt("expires_at", recall_filter.now)
         if recall_filter.metadata:

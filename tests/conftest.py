@@ -71,6 +71,11 @@ def service(make_service: Callable[..., MemoryService], clock: Clock) -> MemoryS
     return make_service(clock=clock)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start a stack of their own run last: they stop the shared Ray and Serve first."""
+    items.sort(key=lambda item: item.get_closest_marker("own_stack") is not None)
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """One local Ray for the whole test session (2 CPUs, as on every machine here)."""
@@ -91,6 +96,10 @@ API_KEYS = {
     "acme-reader": ("acme", "reader"),
     "globex-admin": ("globex", "admin"),
 }
+
+
+# A memory quota for an org that only tests/test_serve_keys.py writes to.
+QUOTAS = {"quota-org": 3}
 
 
 def _free_port() -> int:
@@ -117,13 +126,18 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
     ]}))
     settings = Settings(  # type: ignore[call-arg]
         storage_uri=str(root / "lancedb"), api_keys_file=keys_file, max_body_bytes=200_000,
-        import_root=str(root / "imports"), _env_file=None
+        import_root=str(root / "imports"), quota_memories_by_org=QUOTAS,
+        # An erasure's purge waits for one flush of the recall hits: keep it short here.
+        access_flush_seconds=2.0, _env_file=None,
     )
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build(settings), name="agent-memory", route_prefix="/")
     yield {"url": f"http://127.0.0.1:{port}", "settings": settings}
-    serve.shutdown()
+    import ray
+
+    if ray.is_initialized():  # a test with a stack of its own may have stopped it already
+        serve.shutdown()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import io
 import json
 import threading
 from contextlib import redirect_stdout
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -14,8 +15,9 @@ import pytest
 
 from agent_memory.consolidation import apply_plan, plan_user
 from agent_memory.errors import ConflictError
+from agent_memory.job_record import JobRecord
 from agent_memory.merge import merge_records
-from agent_memory.models import MemoryRecord, OrgScope, Scope
+from agent_memory.models import MemoryRecord, OrgScope, Scope, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.stance import persons, polarity, stance
 from agent_memory.wording import (
@@ -30,7 +32,7 @@ from agent_memory.wording import (
 )
 from cli.main import main
 from jobs.consolidate import LEASE, job_id, run_consolidation
-from jobs.schedule import submit_consolidation
+from jobs.schedule import _run_and_report, submit_consolidation
 from storage.connect import maintenance_of
 from tests.conftest import Clock
 
@@ -347,7 +349,26 @@ def test_expiry_and_purge_follow_the_clock(make_service: Any, clock: Clock) -> N
     assert consolidate(service, clock)["purged"] == 1
     rows = memories_of(service)
     assert soon not in rows and rows[keep].status == "active"
-    assert [e.action for e in service.history(U, soon)] == ["created", "expired", "deleted"]
+    # Its audit events, which held its content, went with it; one content-free event says why.
+    history = service.history(U, soon)
+    assert [e.action for e in history] == ["deleted"] and "Bob" not in str(history[0].model_dump())
+    assert [e.action for e in service.history(U, keep)] == ["created"]
+
+
+def test_retention_is_off_by_default_and_messages_have_their_own(make_service: Any, clock: Clock) -> None:
+    service = make_service(clock=clock)
+    a = service.add("acme", {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9})
+    service.add("acme", {"user_id": "alice", "content": "My dog is named Max"})
+    service.log_messages("acme", service.message_records("acme", "alice", "s1", [{"role": "user", "content": "hi"}]))
+    consolidate(service, clock)
+    clock.advance(days=3650)
+    report = consolidate(service, clock)
+    assert report["purged"] == 0 and report["messages_purged"] == 0 and len(memories_of(service)) == 2
+    kept = make_service(clock=clock, consolidation_message_retention_days=30)
+    kept.log_messages("acme", kept.message_records("acme", "alice", "s2", [{"role": "user", "content": "new"}]))
+    assert consolidate(kept, clock)["messages_purged"] == 1  # the old one, not the one of today
+    assert [m.content for m in kept.store.session_messages(U, "s2", 10)] == ["new"]
+    assert kept.store.session_messages(U, "s1", 10) == [] and a in memories_of(kept)
 
 
 def test_superseded_memories_are_purged_after_retention(make_service: Any, clock: Clock) -> None:
@@ -373,6 +394,16 @@ def test_decay_applies_once_per_period(make_service: Any, clock: Clock) -> None:
     clock.advance(days=31)
     assert consolidate(service, clock)["decayed"] == 1
     assert memories_of(service)[idle].importance == pytest.approx(0.2)
+
+
+def test_memories_dated_at_the_ends_of_the_calendar_consolidate(service: MemoryService, clock: Clock) -> None:
+    first = service.add("acme", {"user_id": "alice", "content": "I once visited Porto", "created_at": "0001-01-01T00:00:00Z"})
+    last = service.add("acme", {"user_id": "alice", "content": "I work on the billing service",
+                                "created_at": "9999-12-31T23:59:59.999999Z"})
+    clock.advance(days=31)  # a period unchanged since it was written
+    report = consolidate(service, clock)
+    assert report["errors"] == [] and report["decayed"] == 1  # the one idle since the year 1
+    assert memories_of(service)[first].importance < 0.5 and memories_of(service)[last].importance == 0.5
 
 
 def test_a_killed_run_resumes(service: MemoryService, clock: Clock) -> None:
@@ -412,6 +443,33 @@ def test_the_lease_blocks_a_second_run_and_expires(service: MemoryService, clock
     clock.advance(seconds=ttl.total_seconds() + 1)  # the killed run never renewed: its lease expires
     assert consolidate(service, clock)["clusters"] == 4
     assert maintenance_of(service.store).leases.holder(LEASE, clock()) is None  # released at the end
+
+
+def test_a_run_refused_by_the_lease_ends_its_job_failed(service: MemoryService) -> None:
+    """The cluster task of a submitted run that finds the lease taken: its job row, written
+    `queued` at submission, ends `failed` with the reason; a row the run moved on stays as it is."""
+    plant(service)
+    ttl = timedelta(seconds=service.settings.consolidation.lease_seconds)
+    assert maintenance_of(service.store).leases.acquire(LEASE, "run-holder", ttl, utcnow())
+    acme = OrgScope("acme")
+    queued = JobRecord.new(job_id("run-refused"), "acme", "consolidation", user_id="alice",
+                           report={"run_id": "run-refused"})
+    service.store.put_job(acme, queued.as_row())
+    options = {"org_id": "acme", "user_id": "alice", "dry_run": False}
+    assert _run_and_report(service.settings, {**options, "owner": "run-refused"})["code"] == "consolidation_running"
+    job = service.store.get_job(acme, job_id("run-refused"))
+    assert job is not None and job["state"] == "failed", job
+    assert job["error"].startswith("consolidation_running: another consolidation run (run-holder) holds the lease")
+    assert job["created_at"] == queued.created_at and job["report"] == {"run_id": "run-refused"}
+    # No row yet (the submission's write not seen): one is written, already failed.
+    _run_and_report(service.settings, {**options, "owner": "run-unseen"})
+    assert service.store.get_job(acme, job_id("run-unseen"))["state"] == "failed"
+    # A row the run itself moved on is its own to end.
+    running = replace(JobRecord.new(job_id("run-moved"), "acme", "consolidation"), state="running")
+    service.store.put_job(acme, running.as_row())
+    _run_and_report(service.settings, {**options, "owner": "run-moved"})
+    assert service.store.get_job(acme, job_id("run-moved"))["state"] == "running"
+    assert all(r.status == "active" for r in memories_of(service).values())
 
 
 def test_two_runs_at_once_one_wins(service: MemoryService, clock: Clock) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -39,6 +39,16 @@ def test_values_are_typed() -> None:
         literal(float("nan"))
     with pytest.raises(InvalidInputError):
         literal("a\x00b")
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (datetime(399, 6, 26, 18, 39, 25), "0399-06-26T18:39:25.000000Z"),
+    (datetime(1, 1, 1, tzinfo=timezone.utc), "0001-01-01T00:00:00.000000Z"),
+    (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), "9999-12-31T23:59:59.999999Z"),
+    (datetime(1000, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1))), "0999-12-31T23:30:00.000000Z"),
+])
+def test_timestamps_are_utc_with_four_digit_years(value: datetime, text: str) -> None:
+    assert literal(value) == f"arrow_cast('{text}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
 
 
 def test_column_names_are_checked_and_empty_filters_refused() -> None:

@@ -150,6 +150,26 @@ def test_bad_rows_go_to_the_rejects_file_with_exact_counts(tmp_path: Path) -> No
     assert len(Path(result.rejects_path or "").read_bytes()) < 100_000  # the 10 MB line is not copied
 
 
+def test_timestamps_outside_the_years_1_to_9999_are_rejects(tmp_path: Path) -> None:
+    """In Parquet a timestamp may lie past what Python holds; in text, a UTC offset may carry one
+    outside. Either is a `bad_timestamp` reject of its row alone."""
+    day_us = 86_400 * 10**6
+    first, after_last = -62_135_596_800 * 10**6, 253_402_300_800 * 10**6  # 0001-01-01, 10000-01-01
+    parquet = tmp_path / "far.parquet"
+    pq.write_table(pa.table({
+        "user_id": ["u1"] * 4, "role": ["user"] * 4, "content": ["year 1", "year 10000", "year 0", "year 2026"],
+        "created_at": pa.array([first, after_last + day_us, first - day_us, 1_767_225_600 * 10**6],
+                               type=pa.timestamp("us", tz="UTC")),
+    }), parquet)
+    text = tmp_path / "far.jsonl"
+    text.write_text("".join(json.dumps({"user_id": "u1", "role": "user", "content": f"at {at}", "created_at": at}) + "\n"
+                            for at in ("0001-01-01T00:00:00+01:00", "0399-06-26T18:39:25Z", "9999-12-31T23:59:59-01:00")))
+    for path, read, stored in ((parquet, 4, 2), (text, 3, 1)):
+        result = run_import(_settings(tmp_path, path.stem), _options(tmp_path, path, engine="local"))
+        assert (result.rows_read, result.memories_written) == (read, stored)
+        assert result.rejects_by_reason == {"bad_timestamp": read - stored}
+
+
 def test_rerun_adds_nothing(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _sample(tmp_path / "h.jsonl", 30)

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_memory.redaction import KINDS, Redaction, Redactor  # noqa: E402
+from agent_memory.service import MemoryService  # noqa: E402
 
 
 def cn_id(first17: str) -> str:
@@ -243,3 +244,9 @@ def test_unknown_kind_is_rejected() -> None:
 def test_kinds_constant_and_empty_text() -> None:
     assert set(KINDS) == {"email", "phone", "cn_id", "bank_card", "api_key", "secret"}
     assert Redactor().redact("") == Redaction("", {})
+
+
+def test_a_speaker_name_is_redacted_in_the_message_log(service: MemoryService) -> None:
+    records = service.message_records("acme", "u1", "s1", [
+        {"role": "user", "content": "hi", "name": "alice@example.com"}, {"role": "user", "content": "yo", "name": "Alice"}])
+    assert [r.name for r in records] == ["[EMAIL]", "Alice"]

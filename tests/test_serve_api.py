@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
@@ -101,9 +102,49 @@ def test_tenant_isolation_and_roles(api) -> None:
 def test_erase_user_over_http(api) -> None:
     c, user = api(), _user()
     c.post("/v1/memories", json={"user_id": user, "content": "erase me please"})
-    erased = c.delete(f"/v1/users/{user}")
-    assert erased.status_code == 200 and erased.json()["erased"]["memories"] == 1
-    assert c.get("/v1/memories", params={"user_id": user}).json()["memories"] == []
+    # A recall hit the ingress flushes to the access log only after the erasure's answer.
+    assert c.post("/v1/memories/search", json={"user_id": user, "query": "erase me"}).json()["memories"]
+    acked: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def write(n: int) -> None:  # other users' writes keep flowing through the erasure and its purge
+        client, i = api(), 0
+        while not stop.is_set():
+            other = f"{user}-other-{n}"
+            r = client.post("/v1/memories", json={"user_id": other, "content": f"note {i} of writer {n}"})
+            assert r.status_code == 201, r.text
+            acked.append((other, r.json()["ids"][0]))
+            i += 1
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    for thread in writers:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        erased = c.delete(f"/v1/users/{user}")
+        assert erased.status_code == 202 and erased.json()["erased"]["memories"] == 1
+        # Gone from every read at once; the purge's job is the receipt.
+        assert c.get("/v1/memories", params={"user_id": user}).json()["memories"] == []
+        job_id = erased.json()["job_id"]
+        deadline = time.monotonic() + 120
+        while (job := c.get(f"/v1/jobs/{job_id}").json())["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join()
+    assert job["state"] == "succeeded", job
+    receipt = job["report"]
+    assert receipt["user_id"] == user and receipt["rows_deleted"]["memories"] == 1
+    assert receipt["rows_deleted"]["access"] >= 1  # the late hit, flushed after the answer
+    assert set(receipt["tables"]) == {"memories", "messages", "events", "jobs", "verdicts", "access"}
+    assert receipt["tables"]["memories"]["files_rewritten"] >= 1 and receipt["tables"]["memories"]["versions_removed"] >= 1
+    assert "erase me" not in json.dumps(job)
+    assert api("globex-admin").get(f"/v1/jobs/{job_id}").status_code == 404  # another org's receipt
+    # Every write acknowledged during the erasure is there.
+    assert len(acked) >= 6
+    for other, memory_id in acked:
+        assert c.get(f"/v1/memories/{memory_id}", params={"user_id": other}).status_code == 200, memory_id
 
 
 def test_conversation_job_and_session_window(api) -> None:
@@ -285,10 +326,11 @@ def test_bad_input_is_a_clear_4xx(api, method: str, path: str, kwargs: dict, sta
     assert r.headers["x-request-id"]
 
 
-def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capsys) -> None:
+def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capfd) -> None:
     port = serve_app["url"].rsplit(":", 1)[1]  # the running app's own port
     assert main(["serve", "--port", port, "--storage-uri", str(tmp_path / "lancedb")]) == 2
-    assert f"port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
+    # Said by the server, a child process of the supervisor `main` runs: on the file descriptor.
+    assert f"port {port} on 127.0.0.1 is taken" in capfd.readouterr().err
     assert not (tmp_path / "lancedb").exists()  # refused before anything started or was written
 
 

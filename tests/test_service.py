@@ -65,6 +65,9 @@ def test_a_writer_that_lost_the_race_for_an_id_stores_nothing_twice(service: Mem
         ({"content": "ok"}, "user_id"),
         ({"user_id": "u1", "content": "ok", "surprise": 1}, "surprise"),
         ({"user_id": "u1", "content": "ok", "metadata": {"k": float("inf")}}, "metadata"),
+        ({"user_id": "u1", "content": "ok", "metadata": {"a\x00b": 1}}, "metadata: metadata keys must not contain NUL"),
+        ({"user_id": "u1", "content": "ok", "created_at": "0001-01-01T00:00:00+01:00"}, "created_at: the time in UTC"),
+        ({"user_id": "u1", "content": "ok", "expires_at": "9999-12-31T23:59:59-01:00"}, "expires_at: the time in UTC"),
     ],
 )
 def test_bad_input_raises_typed_error_and_writes_nothing(service: MemoryService, bad: dict, message: str) -> None:
@@ -105,6 +108,28 @@ def test_recall_filters(service: MemoryService, clock: Clock) -> None:
         service.recall("acme", {"user_id": "u1", "query": " "})
     with pytest.raises(InvalidInputError):
         service.recall("acme", {**q, "scope": "team"})
+
+
+def test_timestamps_at_the_ends_of_the_calendar(service: MemoryService, clock: Clock) -> None:
+    """Years 1 to 9999 (UTC) are stored and filtered on; a time whose UTC date falls outside is bad input."""
+    dates = {"first": "0001-01-01T00:00:00Z", "early": "0399-06-26T18:39:25-01:00", "last": "9999-12-31T23:59:59.999999Z"}
+    service.add_many("acme", [{"user_id": "u1", "content": f"refund note {name}", "created_at": at}
+                              for name, at in dates.items()])
+    q = {"user_id": "u1", "query": "refund note", "min_score": 0}
+
+    def found(**bounds: str) -> list[str]:
+        return sorted(h.content.split()[-1] for h in service.recall("acme", {**q, **bounds}).memories)
+
+    assert found(until="0001-01-01T00:00:00Z") == ["first"]
+    assert found(since="0399-06-26T19:39:25Z", until="0999-12-31T00:00:00Z") == ["early"]
+    assert found(since="0399-06-26T19:39:25.000001Z") == ["last"]
+    assert found(until="9999-12-31T23:59:59.999999Z") == ["early", "first", "last"]
+    assert found(since="9999-12-31T23:59:59.999999Z", mode="keyword") == ["last"]
+    for bound in ({"until": "9999-12-31T23:59:59-01:00"}, {"since": "0001-01-01T00:00:00+00:01"}):
+        with pytest.raises(InvalidInputError, match="outside the years 1 to 9999"):
+            service.recall("acme", {**q, **bound})
+    with pytest.raises(InvalidInputError, match="created_at"):
+        service.message_records("acme", "u1", "s1", [{"role": "user", "content": "x", "created_at": "9999-12-31T23:59:59-01:00"}])
 
 
 def test_scores_are_reported_and_old_relevant_fact_beats_new_noise(service: MemoryService, clock: Clock) -> None:

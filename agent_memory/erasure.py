@@ -19,6 +19,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,20 +83,30 @@ def finish_erasure(
     return {"job_id": job_id, **receipt}
 
 
-def unfinished_erasures(service: MemoryService) -> list[tuple[str, str]]:
-    """(org, job id) of every erasure left running or failed, of every org, oldest first."""
+def unfinished_erasures(service: MemoryService, before: datetime | None = None) -> list[tuple[str, str]]:
+    """(org, job id) of every erasure left running, or failed after its rows were deleted, of every
+    org, created before `before`, oldest first. An erasure that failed before its rows were
+    deleted answered an error: it is the caller's to send again, not this one's to finish."""
     assert service.maintenance is not None
-    return [(row["org_id"], row["id"]) for row in service.maintenance.jobs_in(ERASURE, ("running", "failed"))]
+    found = []
+    for row in service.maintenance.jobs_in(ERASURE, ("running", "failed")):
+        if before is not None and row["created_at"] >= before:
+            continue  # a fresh erasure: its own purge is on its way
+        job = service.store.get_job(OrgScope(row["org_id"]), row["id"]) or {}
+        if job.get("state") == "running" or "rows_deleted" in dict(job.get("report") or {}):
+            found.append((row["org_id"], row["id"]))
+    return found
 
 
 def resume_erasures(
     service: MemoryService, settings: Settings, *, in_turn: Callable[[Callable[[], Any]], Any] | None = None,
+    before: datetime | None = None,
 ) -> dict[str, list[tuple[str, str]]]:
     """Finish every erasure left running or failed, oldest first; one that fails again stays
     failed (with its attempts counted) and the next is tried. {"finished": [(org, job id)...],
     "failed": [...]}."""
     done: dict[str, list[tuple[str, str]]] = {"finished": [], "failed": []}
-    for org_id, job_id in unfinished_erasures(service):
+    for org_id, job_id in unfinished_erasures(service, before):
         try:
             finish_erasure(service, settings, org_id, job_id, in_turn=in_turn)
             done["finished"].append((org_id, job_id))

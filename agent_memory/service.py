@@ -291,7 +291,17 @@ class MemoryService:
             "user_id": user_id, "actor": actor, "requested_at": now.isoformat(),
         })
         self.store.put_job(OrgScope(org_id), job.as_row())
-        job = self.delete_user_rows(job)
+        try:
+            job = self.delete_user_rows(job)
+        except Exception as exc:
+            # Nothing was acknowledged: the job ends here (a later start must not delete what
+            # the user writes after this answer), and the caller sends the erasure again.
+            self.store.put_job(OrgScope(org_id), replace(job, state="failed", updated_at=self.clock(),
+                                                         error=f"{type(exc).__name__}: {exc}"[:500]).as_row())
+            raise UnavailableError(
+                f"the erasure of {user_id!r} could not delete every row ({type(exc).__name__}); some may be gone: "
+                "send it again", code="erasure_incomplete",
+            ) from exc
         if purge:
             return finish_erasure(self, self.settings, org_id, job.id)
         return {"job_id": job.id, **job.report}
@@ -302,7 +312,7 @@ class MemoryService:
         user_id = str(job.report["user_id"])
         scope = Scope.user(job.org_id, user_id)
         self.access.discard_user(job.org_id, user_id)
-        counts = self.store.erase_user(scope)
+        counts = self.store.erase_user(scope)  # idempotent: a resume after a crash here deletes what is left
         self.access.discard_user(job.org_id, user_id)
         job = replace(job, updated_at=self.clock(), report={**job.report, "rows_deleted": counts})
         self.store.put_job(OrgScope(job.org_id), job.as_row())

@@ -316,7 +316,8 @@ class StoreMaintenance(Protocol):
         ...
 
     def purge_versions(self, names: Sequence[str] = ..., *, reindex: Sequence[str] = (),
-                       in_turn: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, dict[str, int]]:
+                       in_turn: Callable[[Callable[[], Any]], Any] | None = None,
+                       keep: timedelta = ...) -> dict[str, dict[str, int]]:
         """Erasure's last step: rewrite the fragments holding deleted rows of these tables (all by
         default), rebuild their indexes, delete every older version (through `in_turn`, where
         given); files rewritten and versions removed per table."""

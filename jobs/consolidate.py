@@ -40,6 +40,8 @@ from storage.schema import SYSTEM_ORG
 
 log = logging.getLogger(__name__)
 LEASE = "consolidation"
+# What a retention purge keeps of the tables' latest history (see StoreMaintenance.purge_versions).
+RETENTION_PURGE_KEEP = timedelta(minutes=10)
 COUNTS = ("clusters", "merged", "expired", "decayed", "purged", "messages_purged")
 # Below this many users, Ray Data's fixed start-up (seconds) costs more than the work itself.
 IN_PROCESS_MAX_USERS = 20
@@ -169,7 +171,10 @@ def run_consolidation(
             if report["purged"] or report["messages_purged"] or retention.retention_days or retention.message_retention_days:
                 # What retention deleted leaves the files too, as an erasure's rows do. With
                 # retention on this runs every time, so a purge cut short is done by the next run.
-                report["retention_purge"] = maintenance.purge_versions(["memories", "events", "messages", "access"])
+                # The versions of the last minutes stay: the Writer and other jobs may still be
+                # committing on them (their files go at the next run).
+                report["retention_purge"] = maintenance.purge_versions(
+                    ["memories", "events", "messages", "access"], keep=RETENTION_PURGE_KEEP)
         else:
             report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
     except Exception as exc:

@@ -85,11 +85,25 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
         service.store.put_job(OrgScope(org_id), replace(job, state=state, updated_at=utcnow(), report=report, error=error).as_row())
         log.warning("conversation job %s attempt %s failed: %s", job_id, report["attempts"], error)
         return state
+    if not _still_logged(service, scope, report["session_id"], wanted):
+        # The user was erased while the memories were extracted: what this job wrote goes too,
+        # and its row keeps nothing of theirs.
+        service.store.drop_memory_events(scope, result.created)
+        service.store.delete_memories(scope, result.created)
+        gone = JobRecord.new(job.id, org_id, KIND, state="failed", now=job.created_at)
+        service.store.put_job(OrgScope(org_id), replace(gone, updated_at=utcnow(), error="user_erased: the user was erased while the job ran").as_row())
+        return "failed"
     report.update(result.as_dict())
     report["finished_at"] = utcnow().isoformat()
     done = replace(job, state="succeeded", progress=1.0, updated_at=utcnow(), report=report, error=None)
     service.store.put_job(OrgScope(org_id), done.as_row())
     return "succeeded"
+
+
+def _still_logged(service: MemoryService, scope: Scope, session_id: str, message_ids: set[str]) -> bool:
+    """Whether every one of these messages is still in the log (not erased meanwhile)."""
+    logged = {m.message_id for m in service.store.session_messages(scope, session_id, 1_000_000)}
+    return message_ids <= logged
 
 
 @functools.cache

@@ -9,6 +9,7 @@ leave and, on FullOptimizeSchedule, runs a full optimize.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 import threading
@@ -20,8 +21,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_memory.erasure import finish_erasure, resume_erasures
-from agent_memory.errors import NotFoundError
-from agent_memory.models import MemoryRecord, NewMemory, OrgScope, parse_input
+from agent_memory.errors import NotFoundError, UnavailableError
+from agent_memory.models import MemoryRecord, NewMemory, OrgScope, parse_input, utcnow
 from agent_memory.service import WriteResult
 from agent_memory.settings import Settings
 from jobs.conversations import resume_pending_jobs, submit_conversation
@@ -129,6 +130,7 @@ class WriterDeployment:
         # One thread: commits happen one after another, in queue order.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit")
         self._loop = asyncio.get_running_loop()
+        self._started = utcnow()  # erasures from before this are resumed, later ones have their purge on the way
         self._queue: list[_Operation] = []
         self._wake = asyncio.Event()
         self._writes = metrics.writes()
@@ -267,7 +269,14 @@ class WriterDeployment:
         """Run `call` in the queue's turn, between commits, from another thread; its result."""
         async def submit() -> Any:
             return await self._submit(_Operation("call", "", self._loop.create_future(), call=call))
-        return asyncio.run_coroutine_threadsafe(submit(), self._loop).result()
+        pending = asyncio.run_coroutine_threadsafe(submit(), self._loop)
+        while True:  # a replica that stops meanwhile never answers: give up then (the next start resumes)
+            try:
+                return pending.result(timeout=1.0)
+            except concurrent.futures.TimeoutError:
+                if self._stopping.is_set() or self._loop.is_closed():
+                    pending.cancel()
+                    raise UnavailableError("the writer is stopping") from None
 
     def _purge(self, org_id: str, job_id: str, attempt: int = 1) -> None:
         """An erasure's purge, on the maintenance thread (after or before a compaction, never
@@ -376,12 +385,12 @@ class WriterDeployment:
     def _resume_erasures(self) -> None:
         with self._optimizing:
             try:
-                outcome = resume_erasures(self._service, self._settings, in_turn=self._in_turn)
+                outcome = resume_erasures(self._service, self._settings, in_turn=self._in_turn, before=self._started)
             except Exception:
                 log.exception("could not look for unfinished erasures")
                 return
         for org_id, job_id in outcome["failed"]:  # tried again later, like a purge failed after its answer
-            self._maintenance.submit(self._purge, org_id, job_id, 2)
+            self._later(PURGE_RETRY_S, org_id, job_id, 2)
 
     async def ping(self) -> bool:
         """Readiness: the writer is up and its loop is running."""

@@ -27,7 +27,8 @@ CLUSTER_ORDER = ["org_id", "user_id", "created_at"]
 # fold_new_rows: an older uncovered fragment joins a fold while it holds at most this many times
 # the rows of the newer ones taken so far.
 FOLD_RATIO = 4
-# A purge's rewrite meets the Writer's folds and other compactions: up to about 80 s of retries.
+# A purge's rewrite meets the Writer's folds and other compactions: up to about 40 s of retries
+# (then, given a turn of its own, it runs between the Writer's commits).
 PURGE_ATTEMPTS = 13
 # Between a purge's rewrite and the drop of older versions: time for searches that opened an
 # older version to finish and for every reader to move to the new one.
@@ -103,7 +104,8 @@ class StoreMaintenance:
         return sorted(zip(distinct.column("org_id").to_pylist(), distinct.column("user_id").to_pylist(), strict=True))
 
     def purge_versions(self, names: Sequence[str] = sc.TABLES, *, reindex: Sequence[str] = (),
-                       in_turn: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, dict[str, int]]:
+                       in_turn: Callable[[Callable[[], Any]], Any] | None = None,
+                       keep: timedelta = timedelta(0)) -> dict[str, dict[str, int]]:
         """Erasure's last step: `rewrite_deleted` for each table (indexes rebuilt for those in
         `reindex` or whose files were rewritten), then, after `PURGE_SETTLE_S`, `drop_old_versions`.
         Returns, per table, the data files rewritten and written and the old versions removed.
@@ -113,11 +115,23 @@ class StoreMaintenance:
         to move to the rewritten one (every search checks for the latest version first). A
         commit that started from an older version would fail too: `in_turn` runs the drop where
         the caller's own commits cannot run beside it (the Writer's queue); the commits of other
-        processes are retried as conflicts.
+        processes are retried as conflicts. `keep` keeps the versions of that last while (a
+        purge from outside the Writer's process, which cannot take its turn, keeps a few
+        minutes: their files go at the next purge).
         """
-        report = {name: self.rewrite_deleted(name, reindex=name in reindex) for name in names}
+        turn = in_turn or (lambda call: call())
+        report = {}
+        for name in names:
+            try:
+                report[name] = self.rewrite_deleted(name, reindex=name in reindex)
+            except Exception as exc:  # noqa: BLE001 - lance raises its own conflict types
+                if in_turn is None or "conflict" not in str(exc).lower():
+                    raise
+                # Updates of the same fragments kept winning the race (a busy table): between the
+                # Writer's commits nothing of its own can.
+                report[name] = in_turn(lambda n=name: self.rewrite_deleted(n, reindex=n in reindex))
         time.sleep(PURGE_SETTLE_S)
-        dropped = (in_turn or (lambda call: call()))(lambda: {name: self.drop_old_versions(name) for name in names})
+        dropped = turn(lambda: {name: self.drop_old_versions(name, keep=keep) for name in names})
         return {name: {**report[name], "versions_removed": dropped[name]} for name in names}
 
     def rewrite_deleted(self, name: str, *, reindex: bool = False) -> dict[str, int]:
@@ -140,15 +154,15 @@ class StoreMaintenance:
             retrying(lambda: self.tables.create_indexes(table, name, replace=True), f"reindex {name}", PURGE_ATTEMPTS)
         return {"files_rewritten": int(metrics.fragments_removed), "files_written": int(metrics.fragments_added)}
 
-    def drop_old_versions(self, name: str) -> int:
+    def drop_old_versions(self, name: str, *, keep: timedelta = timedelta(0)) -> int:
         """Delete every version of a table but the latest, with the files only they referenced;
-        how many versions went. Files that no version ever referenced (a write in flight has
+        how many versions went (those of the last `keep` stay). Files that no version ever referenced (a write in flight has
         such files, and one killed before its commit leaves them) are kept: Lance removes them
         after 7 days."""
         with warnings.catch_warnings():
             # Dropping every older version is the point here; Lance warns about exactly that.
             warnings.simplefilter("ignore", UserWarning)
-            cleaned = self.tables.table(name).to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+            cleaned = self.tables.table(name).to_lance().cleanup_old_versions(older_than=keep, delete_unverified=False)
         return int(cleaned.old_versions)
 
     def optimize(self, *, retain: timedelta = timedelta(days=7), cluster: bool = False) -> dict[str, Any]:

@@ -72,8 +72,18 @@ def service(make_service: Callable[..., MemoryService], clock: Clock) -> MemoryS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start a stack of their own run last: they stop the shared Ray and Serve first."""
-    items.sort(key=lambda item: item.get_closest_marker("own_stack") is not None)
+    """Tests on the shared Ray without Serve first, then those on the shared Serve app, then those
+    that start a stack of their own (they stop the shared Ray and Serve first).
+
+    Serve's replicas and the extraction workers its conversation jobs start hold part of one of
+    the node's two CPUs from then on, and a Ray Data task reserves a whole CPU: a pipeline run
+    beside them would wait forever (docs/import.md)."""
+    def stage(item: pytest.Item) -> int:
+        if item.get_closest_marker("own_stack") is not None:
+            return 2
+        return 1 if "serve_app" in getattr(item, "fixturenames", ()) else 0
+
+    items.sort(key=stage)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,8 @@ from agent_memory.job_record import ERASURE, JobRecord
 from agent_memory.models import OrgScope, Scope
 from agent_memory.service import MemoryService
 from agent_memory.settings import job_report_dir
+from jobs.conversations import KIND as CONVERSATION
+from jobs.conversations import run_conversation_job
 from jobs.importer import ImportOptions, run_import
 from loopback.llm_server import ScriptedLLM, scripted_llm
 from storage.connect import maintenance_of
@@ -176,3 +178,28 @@ def test_rejects_of_other_users_and_orgs_are_kept(tmp_path: Path) -> None:
     assert [json.loads(line)["line"] for line in other.read_text().splitlines()] == [2, 3]
     assert scrub_rejects(files, "acme", "erin") == {"files": 0, "rows": 0}
 
+
+
+def test_an_extraction_that_meets_an_erasure_writes_nothing_back(make_service: Callable[..., MemoryService]) -> None:
+    with scripted_llm() as server:
+        service = make_service(llm_base_url=server.base_url, llm_model="scripted", llm_api_key="sk-test",
+                               llm_requests_per_minute=0)
+        records = service.message_records(ORG, VICTIM, "chat", [{"role": "user", "content": f"I love {CANARY} tea."}])
+        service.log_messages(ORG, records)
+        job = JobRecord.new("conv-1", ORG, CONVERSATION, user_id=VICTIM, report={
+            "user_id": VICTIM, "session_id": "chat", "mode": "llm", "message_ids": [r.message_id for r in records],
+            "attempts": 0})
+        service.store.put_job(OrgScope(ORG), job.as_row())
+
+        def erase_while_extracting(body: dict[str, Any]) -> str:
+            # The model answers after the user was erased: the job holds their content in memory.
+            service.erase_user(ORG, VICTIM, actor="test")
+            return json.dumps({"memories": [{"content": f"The user loves {CANARY} tea", "memory_type": "semantic",
+                                             "importance": 0.6, "confidence": 0.9}]})
+
+        server.respond = erase_while_extracting
+        assert run_conversation_job(service, ORG, "conv-1") == "failed"
+    assert service.list(Scope.user(ORG, VICTIM), status=None).records == []
+    row = service.store.get_job(OrgScope(ORG), "conv-1")
+    assert row["user_id"] is None and row["report"] == {} and row["error"].startswith("user_erased")
+    assert CANARY not in json.dumps(row, default=str)

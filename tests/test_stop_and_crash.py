@@ -28,12 +28,22 @@ import httpx
 import psutil
 import pytest
 
+from cli.main import _kill_session
 from storage import LanceStore
 from storage.connect import maintenance_of
 from tests.conftest import ROOT, _free_port
 
 pytestmark = pytest.mark.own_stack
 CLIENTS = 16
+# Every stack a test started: whatever a failed test leaves is ended before the next one starts.
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def _as_from_a_terminal() -> None:
+    """The stop signals as a terminal's shell leaves them (a run under `nohup`, or started in the
+    background without job control, inherits SIGHUP or SIGINT ignored)."""
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _start(store: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -41,7 +51,9 @@ def _start(store: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = dict(os.environ, AGENT_MEMORY_STORAGE_URI=str(store), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("AGENT_MEMORY_API_KEYS_FILE", None)
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
+    STARTED.append(proc)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -59,6 +71,13 @@ def _stack(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
     """The supervisor and every process under it (the server, Ray's processes, the proxy)."""
     root = psutil.Process(proc.pid)
     return [root, *root.children(recursive=True)]
+
+
+def _children(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    try:
+        return psutil.Process(proc.pid).children()
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _server(proc: subprocess.Popen[bytes]) -> int:
@@ -160,6 +179,10 @@ def own_stack() -> Iterator[None]:
         serve.shutdown()
         ray.shutdown()
     yield
+    while STARTED:  # a test that failed half-way leaves its stack: end it, the ports with it
+        proc = STARTED.pop()
+        for sid in {proc.pid, *(c.pid for c in _children(proc))}:
+            _kill_session(sid)
 
 
 def test_kill_9_of_the_whole_stack_then_a_restart_loses_and_duplicates_nothing(own_stack: None, tmp_path: Path) -> None:

@@ -88,14 +88,12 @@ def unfinished_erasures(service: MemoryService, before: datetime | None = None) 
     org, created before `before`, oldest first. An erasure that failed before its rows were
     deleted answered an error: it is the caller's to send again, not this one's to finish."""
     assert service.maintenance is not None
-    found = []
-    for row in service.maintenance.jobs_in(ERASURE, ("running", "failed")):
-        if before is not None and row["created_at"] >= before:
-            continue  # a fresh erasure: its own purge is on its way
-        job = service.store.get_job(OrgScope(row["org_id"]), row["id"]) or {}
-        if job.get("state") == "running" or "rows_deleted" in dict(job.get("report") or {}):
-            found.append((row["org_id"], row["id"]))
-    return found
+    return [
+        (job["org_id"], job["id"]) for job in service.maintenance.jobs_in(ERASURE, ("running", "failed"))
+        # Created after `before`: a fresh erasure, whose own purge is on its way.
+        if (before is None or job["created_at"] < before)
+        and (job["state"] == "running" or "rows_deleted" in dict(job["report"] or {}))
+    ]
 
 
 def resume_erasures(
@@ -134,11 +132,10 @@ def rejects_files(service: MemoryService, settings: Settings, org_id: str) -> di
         except (OSError, ValueError, AttributeError):
             files[path.resolve()] = None
     assert service.maintenance is not None
-    for row in service.maintenance.jobs_in(IMPORT_KIND, ("succeeded", "failed")):
-        if row["org_id"] != org_id:
+    for job in service.maintenance.jobs_in(IMPORT_KIND, ("succeeded", "failed")):
+        if job["org_id"] != org_id:
             continue
-        job = service.store.get_job(OrgScope(org_id), row["id"]) or {}
-        rejects = dict(job.get("report") or {}).get("rejects_path")
+        rejects = dict(job["report"] or {}).get("rejects_path")
         if rejects and Path(rejects).is_file():
             files[Path(rejects).resolve()] = org_id
     return files

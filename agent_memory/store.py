@@ -304,7 +304,7 @@ class StoreMaintenance(Protocol):
         ...
 
     def jobs_in(self, kind: str, states: Sequence[str]) -> list[dict[str, Any]]:
-        """The jobs of a kind in these states, of every org, oldest first: {"id", "org_id", "created_at"}."""
+        """The jobs of a kind in these states, of every org, oldest first (as `get_job` gives them)."""
         ...
 
     def drop_orphan_access(self, scope: Scope) -> int:

@@ -71,12 +71,10 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
     service.store.put_job(OrgScope(org_id), replace(job, state="running", updated_at=now, report=report, error=None).as_row())
     try:
         scope = Scope.user(org_id, report["user_id"])
-        logged = service.store.session_messages(scope, report["session_id"], 1_000_000)
-        wanted = set(report["message_ids"])
-        messages: list[MessageRecord] = [m for m in logged if m.message_id in wanted]
-        missing = wanted - {m.message_id for m in messages}
+        messages = _logged(service, scope, report["session_id"], report["message_ids"])
+        missing = len(set(report["message_ids"])) - len(messages)
         if missing:
-            raise NotFoundError(f"{len(missing)} of the job's messages are not in the log (erased?)")
+            raise NotFoundError(f"{missing} of the job's messages are not in the log (erased?)")
         result = extract_and_store(service, org_id, messages, report["mode"], actor=f"job:{job_id}")
     except Exception as exc:  # every failure is recorded on the job; none is lost
         state = "failed" if final else "queued"
@@ -85,7 +83,7 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
         service.store.put_job(OrgScope(org_id), replace(job, state=state, updated_at=utcnow(), report=report, error=error).as_row())
         log.warning("conversation job %s attempt %s failed: %s", job_id, report["attempts"], error)
         return state
-    if not _still_logged(service, scope, report["session_id"], wanted):
+    if len(_logged(service, scope, report["session_id"], report["message_ids"])) < len(messages):
         # The user was erased while the memories were extracted: what this job wrote goes too,
         # and its row keeps nothing of theirs.
         service.store.drop_memory_events(scope, result.created)
@@ -100,10 +98,10 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
     return "succeeded"
 
 
-def _still_logged(service: MemoryService, scope: Scope, session_id: str, message_ids: set[str]) -> bool:
-    """Whether every one of these messages is still in the log (not erased meanwhile)."""
-    logged = {m.message_id for m in service.store.session_messages(scope, session_id, 1_000_000)}
-    return message_ids <= logged
+def _logged(service: MemoryService, scope: Scope, session_id: str, message_ids: Sequence[str]) -> list[MessageRecord]:
+    """Those of these messages the log still holds (an erasure takes them), in the log's order."""
+    wanted = set(message_ids)
+    return [m for m in service.store.session_messages(scope, session_id, 1_000_000) if m.message_id in wanted]
 
 
 @functools.cache

@@ -67,10 +67,9 @@ class StoreMaintenance:
         dataset.replace_schema_metadata({**metadata, sc.INDEX_FORMAT_KEY.decode(): str(value)})
 
     def jobs_in(self, kind: str, states: Sequence[str]) -> list[dict[str, Any]]:
-        """The jobs of a kind in these states, of every org, oldest first: {"id", "org_id", "created_at"}."""
-        where = Where().eq("kind", kind).isin("state", states).render()
-        rows = self.tables.table(sc.JOBS).search().where(where).select(["id", "org_id", "created_at"]).limit(None)
-        return sorted(rows.to_arrow().to_pylist(), key=lambda r: (r["created_at"], r["id"]))
+        """The jobs of a kind in these states, of every org, oldest first (as `get_job` gives them)."""
+        rows = self.tables.rows(sc.JOBS, Where().eq("kind", kind).isin("state", states))
+        return sorted((sc.job_dict(r) for r in rows), key=lambda r: (r["created_at"], r["id"]))
 
     def drop_orphan_access(self, scope: Scope) -> int:
         """Delete the scope's user's logged recall hits of memories that no longer exist; how many.

@@ -12,9 +12,9 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: a looser spec (or a dependency's) would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	# The HTTP client, its own distribution (httpx and pydantic only); tests/test_client.py uses it.
+	# The HTTP client, its own distribution (httpx and pydantic only): the server's API models are its.
 	$(PY) -m pip install --quiet --disable-pip-version-check -e clients/python
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 bootstrap: $(STAMP)

@@ -171,18 +171,18 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any]:
 class MemoryFields(_Input):
     """The fields of a memory a writer chooses: shared by the core's input and the HTTP body."""
 
-    user_id: Identifier
-    content: Text
-    memory_type: MemoryType = "semantic"
-    id: Identifier | None = None
-    agent_id: Identifier | None = None
-    session_id: Identifier | None = None
-    team_id: Identifier | None = None
-    importance: Unit = 0.5
-    confidence: Unit = 1.0
-    metadata: Metadata = Field(default_factory=dict)
-    created_at: UtcDatetime | None = None
-    expires_at: UtcDatetime | None = None
+    user_id: Identifier = Field(description="The user the memory is about; recall never crosses users.")
+    content: Text = Field(description="The text, English or Chinese (PII is redacted before it is stored).")
+    memory_type: MemoryType = Field("semantic", description="`episodic` (an event), `semantic` (a fact) or `procedural` (how to do something).")
+    id: Identifier | None = Field(None, description="Your id for it: writing the same id again stores nothing twice.")
+    agent_id: Identifier | None = Field(None, description="The agent that stores it.")
+    session_id: Identifier | None = Field(None, description="The conversation it came from.")
+    team_id: Identifier | None = Field(None, description="A team of the org: team-scoped recall (`scope: team`) finds it for every member.")
+    importance: Unit = Field(0.5, description="How much it matters, 0..1 (raises its recall score).")
+    confidence: Unit = Field(1.0, description="How sure you are of it, 0..1.")
+    metadata: Metadata = Field(default_factory=dict, description="Your key/value pairs (strings, numbers, booleans): recall filters on them.")
+    created_at: UtcDatetime | None = Field(None, description="When it happened, if not now (ISO 8601; a time without zone is UTC).")
+    expires_at: UtcDatetime | None = Field(None, description="When it stops being recalled (ISO 8601).")
 
 
 class NewMemory(MemoryFields):
@@ -234,11 +234,11 @@ def speaker_name(name: str | None) -> str | None:
 class MemoryPatch(_Input):
     """An in-place change to one memory; fields left out stay as they are."""
 
-    content: Text | None = None
-    memory_type: MemoryType | None = None
-    importance: Unit | None = None
-    metadata: Metadata | None = None
-    expires_at: UtcDatetime | None = None
+    content: Text | None = Field(None, description="New text (re-embedded).")
+    memory_type: MemoryType | None = Field(None, description="New type.")
+    importance: Unit | None = Field(None, description="New importance, 0..1.")
+    metadata: Metadata | None = Field(None, description="New metadata (replaces the old).")
+    expires_at: UtcDatetime | None = Field(None, description="New expiry; null clears it.")
 
 
 class MemoryRecord(BaseModel):
@@ -307,12 +307,12 @@ class MemoryEvent(BaseModel):
 class Message(_Input):
     """One conversation turn as sent by an agent or found in a history file."""
 
-    role: Role
-    content: Text
-    name: Identifier | None = None
-    message_id: Identifier | None = None
-    created_at: UtcDatetime | None = None
-    metadata: Metadata = Field(default_factory=dict)
+    role: Role = Field(description="`user`, `assistant`, `system` or `tool`.")
+    content: Text = Field(description="What was said, English or Chinese.")
+    name: Identifier | None = Field(None, description="The speaker's name, where a conversation has several people.")
+    message_id: Identifier | None = Field(None, description="Your id for the turn: sending it again logs nothing twice.")
+    created_at: UtcDatetime | None = Field(None, description="When it was said (ISO 8601; default: now).")
+    metadata: Metadata = Field(default_factory=dict, description="Your key/value pairs.")
 
 
 class MessageRecord(BaseModel):
@@ -334,23 +334,35 @@ class MessageRecord(BaseModel):
 class SearchQuery(_Input):
     """A recall request."""
 
-    user_id: Identifier
-    query: Text
-    top_k: int = Field(default=10, ge=1, le=200)
-    memory_types: list[MemoryType] | None = None
-    scope: Literal["user", "team"] = "user"
-    team_id: Identifier | None = None
-    agent_id: Identifier | None = None
-    session_id: Identifier | None = None
-    filters: dict[str, MetadataValue] | None = None
-    since: UtcDatetime | None = None
-    until: UtcDatetime | None = None
+    user_id: Identifier = Field(description="Whose memories to search.")
+    query: Text = Field(description="What the agent wants to know, in any language.")
+    top_k: int = Field(default=10, ge=1, le=200, description="How many memories to return.")
+    memory_types: list[MemoryType] | None = Field(None, description="Only these types.")
+    scope: Literal["user", "team"] = Field("user", description="`user` (this user's memories) or `team` (the team's, with `team_id`).")
+    team_id: Identifier | None = Field(None, description="The team, with `scope: team`; or only this team's memories of the user.")
+    agent_id: Identifier | None = Field(None, description="Only memories this agent stored.")
+    session_id: Identifier | None = Field(None, description="Only memories of this session.")
+    filters: dict[str, MetadataValue] | None = Field(None, description="Metadata that must match exactly, key by key.")
+    since: UtcDatetime | None = Field(None, description="Only memories created at or after this time.")
+    until: UtcDatetime | None = Field(None, description="Only memories created before this time.")
     min_score: Unit | None = Field(
         default=None,
         description="Leave out hits scoring under this (0..1, the scale of `score`). Unset: the server's "
                     "noise floor (AGENT_MEMORY_RECALL_MIN_SCORE, 0.1 by default); 0 keeps every hit.",
     )
-    mode: RecallMode = "hybrid"
+    mode: RecallMode = Field("hybrid", description="`hybrid` (vectors and keywords fused, the default), `dense` or `keyword`.")
+
+
+class ContextQuery(_Input):
+    """A context request (`POST /v1/context`): whose memories, which session's turns, what the agent
+    is about to answer, and the budget of tokens."""
+
+    user_id: Identifier = Field(description="Whose memories to recall.")
+    query: Text = Field(description="What the agent is about to answer (usually the user's last message).")
+    session_id: Identifier | None = Field(None, description="The conversation: its recent turns and a summary of the older ones join the block.")
+    max_tokens: int | None = Field(default=None, ge=32, description="The block's budget in tokens (default: the server's `context_max_tokens`, 1,024).")
+    memory_types: list[MemoryType] | None = Field(None, description="Recall only these types.")
+    top_k: int | None = Field(default=None, ge=0, le=200, description="Most memories recalled into the block (default: `context_top_k`, 8; 0: none).")
 
 
 class ScoreParts(BaseModel):

@@ -11,10 +11,12 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from agent_memory.access import AccessRecorder
 from agent_memory.audit import erasure_event, memory_event
+from agent_memory.context import ContextBuilder
 from agent_memory.embedding import Embedder
 from agent_memory.erasure import finish_erasure
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
@@ -22,6 +24,7 @@ from agent_memory.ids import memory_id, ordered_id
 from agent_memory.job_record import ERASURE, JobRecord
 from agent_memory.merge import KEPT_APART, apart_ids
 from agent_memory.models import (
+    ContextQuery,
     MemoryEvent,
     MemoryPatch,
     MemoryRecord,
@@ -286,6 +289,7 @@ class MemoryService:
         """
         if self.maintenance is None:
             raise UnavailableError("erasure purges old versions: open the service with its maintenance interface")
+        self.forget_summaries(org_id, user_id)
         now = self.clock()
         job = JobRecord.new(f"erase-{ordered_id()}", org_id, ERASURE, state="running", now=now, report={
             "user_id": user_id, "actor": actor, "requested_at": now.isoformat(),
@@ -349,6 +353,43 @@ class MemoryService:
     def recall(self, org_id: str, query: SearchQuery | dict[str, Any]) -> RecallResult:
         """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k."""
         return self.recaller.recall(org_id, query)
+
+    def context(self, org_id: str, query: ContextQuery | dict[str, Any], *,
+                visible: Callable[[str | None], bool] | None = None) -> dict[str, Any]:
+        """The block an agent puts in its prompt: recalled memories, a summary of the session's older
+        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible` keeps the
+        memories of the teams a caller may read."""
+        request: ContextQuery = parse_input(ContextQuery, query)
+        builder = self.context_builder
+        builder.budget(request)  # a budget over the limit is refused before any work
+        scope = Scope.user(org_id, request.user_id)
+        turns = (self.store.session_messages(scope, request.session_id, self.settings.context.session_turns)
+                 if request.session_id else [])
+        top_k = self.settings.context.top_k if request.top_k is None else request.top_k
+        recalled = RecallResult(memories=[])
+        if top_k:
+            recalled = self.recall(org_id, SearchQuery(
+                user_id=request.user_id, query=request.query, top_k=top_k, memory_types=request.memory_types
+            ))
+        hits = [h for h in recalled.memories if visible is None or visible(h.team_id)]
+        return builder.build(org_id, request, turns, hits, degraded=recalled.degraded)
+
+    @cached_property
+    def context_builder(self) -> ContextBuilder:
+        """Made on the first context request: it loads a tokenizer, and an LLM client where summaries use one."""
+        mode = self.settings.context.summary
+        llm = None
+        if mode == "llm" or (mode == "auto" and self.settings.llm.configured):
+            from agent_memory.llm import LLMClient
+
+            client = LLMClient.from_settings(self.settings)
+            llm = lambda messages: client.chat(messages, schema=None, name="summary")  # noqa: E731
+        return ContextBuilder(self.settings.context, llm)
+
+    def forget_summaries(self, org_id: str, user_id: str) -> None:
+        """Drop the user's cached session summaries (on erasure)."""
+        if "context_builder" in self.__dict__:
+            self.context_builder.summarizer.forget_user(org_id, user_id)
 
     # -- messages ------------------------------------------------------------------------------
 

@@ -333,11 +333,40 @@ class ImportSettings(Group):
     embed_max_actors: int = env("import_embed_max_actors", 8, ge=1, description="Most embedding actors.")
 
 
+class ContextSettings(Group):
+    """The prompt block of `POST /v1/context`: budget, tokenizer, summaries of older turns."""
+
+    max_tokens: int = env("context_max_tokens", 1_024, ge=32, le=131_072,
+                          description="Budget of a context block that names none.")
+    max_tokens_limit: int = env("context_max_tokens_limit", 32_768, ge=32, le=1_048_576,
+                                description="The largest budget a request may ask for.")
+    tokenizer: str | None = env(
+        "context_tokenizer", None,
+        description="A `tokenizer.json` (Hugging Face tokenizers) that budgets are counted with; unset: the bundled "
+                    "model's WordPiece tokenizer (one token per Chinese character). Point it at your LLM's for "
+                    "exact counts.")
+    top_k: int = env("context_top_k", 8, ge=0, le=200, description="Memories recalled into a block that names no top_k.")
+    memory_share: float = env("context_memory_share", 0.35, ge=0, le=1,
+                              description="Share of the budget for recalled memories (what they leave goes to turns).")
+    summary_share: float = env("context_summary_share", 0.2, ge=0, le=1,
+                               description="Share of the budget for the summary of older turns.")
+    session_turns: int = env("context_session_turns", 1_000, ge=1, le=100_000,
+                             description="Most recent turns of a session read for its window and summary.")
+    summary: Literal["auto", "llm", "extractive"] = env(
+        "context_summary", "auto",
+        description="How older turns are summarised: `llm` (the configured model), `extractive` (offline), "
+                    "`auto`: the LLM where one is configured.")
+    summary_cache_size: int = env("context_summary_cache_size", 1_024, ge=0,
+                                  description="Session summaries cached per process.")
+    summary_cache_seconds: float = env("context_summary_cache_seconds", 600.0, ge=0,
+                                       description="How long a cached summary is kept unused.")
+
+
 GROUPS: dict[str, type[Group]] = {
     "storage": StorageSettings, "embedding": EmbeddingSettings, "llm": LLMSettings,
     "extraction": ExtractionSettings, "auth": AuthSettings, "limits": LimitSettings, "serving": ServingSettings,
     "writer": WriterSettings, "recall": RecallSettings, "consolidation": ConsolidationSettings,
-    "imports": ImportSettings,
+    "imports": ImportSettings, "context": ContextSettings,
 }
 # flat name -> (group, field)
 FLAT: dict[str, tuple[str, str]] = {flat: (group, field) for group, cls in GROUPS.items()
@@ -360,6 +389,7 @@ class Settings(BaseModel):
     recall: RecallSettings
     consolidation: ConsolidationSettings
     imports: ImportSettings
+    context: ContextSettings
 
     @model_validator(mode="before")
     @classmethod

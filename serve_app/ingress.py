@@ -10,10 +10,26 @@ import functools
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import FastAPI, Header, Query
+from agent_memory_client.models import (
+    Context,
+    Deleted,
+    Erasure,
+    Health,
+    Job,
+    JobAccepted,
+    Memory,
+    MemoryHistory,
+    MemoryPage,
+    Readiness,
+    Schedule,
+    SearchResult,
+    SessionMessages,
+    WriteResult,
+)
+from fastapi import FastAPI, Header, Path, Query
 from fastapi.responses import JSONResponse
 
 from agent_memory.embedding import BatchingEmbedder
@@ -25,11 +41,13 @@ from jobs.importer import submit_import
 from jobs.schedule import submit_consolidation
 from serve_app import metrics
 from serve_app.auth import Principal
+from serve_app.docs import add_docs
 from serve_app.embedder import query_embedder
 from serve_app.errors import add_error_handlers, unwrap_remote
 from serve_app.middleware import Caller, RequestContext, prepare_state
 from serve_app.schemas import (
     ConsolidateIn,
+    ContextIn,
     ConversationIn,
     ImportIn,
     MemoryBatchIn,
@@ -37,6 +55,7 @@ from serve_app.schemas import (
     PatchIn,
     SearchIn,
     dump,
+    errors,
 )
 from storage import open_store
 from storage.connect import open_service
@@ -48,11 +67,16 @@ app = FastAPI(
     title="agent-memory",
     version="0.1.0",
     description=(
-        "Long-term memory for LLM agents: recall before answering, store after answering. "
-        "Every call is confined to the org of its API key and to the `user_id` given."
+        "Long-term memory for LLM agents: recall before answering (`POST /v1/context` gives the prompt "
+        "block in one call), store after answering (`POST /v1/conversations`). Every call is confined to "
+        "the org of its API key and to the `user_id` given. Every error answers "
+        "`{\"error\": {\"code\", \"message\"}}`."
     ),
+    docs_url=None,
+    redoc_url=None,
 )
 add_error_handlers(app)
+add_docs(app)
 app.add_middleware(RequestContext)
 
 
@@ -62,7 +86,7 @@ def resolve_import_path(path: str, root: str) -> str:
         if not path.startswith(("s3://", "gs://", "az://")):
             raise InvalidInputError("path must be an object-store URI (s3://...) or a file under the import root")
         return path
-    base = Path(root).resolve()
+    base = FilePath(root).resolve()
     target = (base / path).resolve()
     if base != target and base not in target.parents:
         raise InvalidInputError("path must stay inside the server's import root")
@@ -71,7 +95,11 @@ def resolve_import_path(path: str, root: str) -> str:
     return str(target)
 
 
-UserId = Annotated[str, Query(min_length=1, max_length=256, description="the user whose memories these are")]
+UserId = Annotated[str, Query(min_length=1, max_length=256, description="The user whose memories these are.")]
+MemoryId = Annotated[str, Path(description="The memory's id (the server's, or the `id` it was written with).")]
+IdempotencyKey = Annotated[str | None, Header(
+    max_length=256, description="Any unique string: a retry with the same key stores nothing twice and answers as "
+                                "the first attempt did (the client sends one with every write).")]
 
 
 class IngressDeployment:
@@ -117,12 +145,13 @@ class IngressDeployment:
 
     # -- health ------------------------------------------------------------------------------
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], response_model=Health)
     async def healthz(self) -> dict[str, str]:
         """Liveness."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], response_model=Readiness,
+             responses={503: {"model": Readiness, "description": "Not ready: the writer or the store does not answer."}})
     async def readyz(self) -> JSONResponse:
         """Readiness: the model answers, the writer runs, the store is reachable."""
         checks: dict[str, str] = {}
@@ -158,10 +187,11 @@ class IngressDeployment:
 
     # -- memories ------------------------------------------------------------------------------
 
-    @app.post("/v1/memories", status_code=201, tags=["memories"])
+    @app.post("/v1/memories", status_code=201, tags=["memories"], response_model=WriteResult,
+              responses=errors(409, body=True))
     async def write(
         self, body: MemoryIn | MemoryBatchIn, caller: Caller,
-        idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+        idempotency_key: IdempotencyKey = None,
     ) -> dict[str, list[str]]:
         """Store one memory, or `{"memories": [...]}`; durable when acknowledged."""
         caller.require("writer")
@@ -175,7 +205,7 @@ class IngressDeployment:
         result = await self._writer.add.remote(caller.org_id, items, idempotency_key)
         return {"ids": result["ids"]}
 
-    @app.post("/v1/memories/search", tags=["memories"])
+    @app.post("/v1/memories/search", tags=["memories"], response_model=SearchResult, responses=errors(body=True))
     async def search(self, body: SearchIn, caller: Caller) -> JSONResponse:
         """Recall: vector + keyword search fused with recency and importance, inside one user (or,
         with `scope: team`, one team). A key kept to teams names only its own as `team_id`, and
@@ -198,10 +228,29 @@ class IngressDeployment:
         # Already plain JSON: answered as is, without FastAPI's generic encoder (0.3 ms a search).
         return JSONResponse(payload)
 
-    @app.get("/v1/memories", tags=["memories"])
+    @app.post("/v1/context", tags=["memories"], response_model=Context, responses=errors(body=True))
+    async def context(self, body: ContextIn, caller: Caller) -> JSONResponse:
+        """Recall-and-inject in one call: the block an agent puts in its prompt before answering.
+
+        The memories that answer `query` (each with its type and date), a summary of the session's
+        turns older than the window (by the configured LLM, or extractive offline; cached and
+        refreshed as the session grows) and the session's recent turns, whole, within `max_tokens`
+        counted with the tokenizer the answer names; in the session's language (English or
+        Chinese); as `text` and as `parts`.
+        """
+        caller.require("reader")
+        visible = None if caller.teams is None else caller.may_read
+        block = await asyncio.get_running_loop().run_in_executor(
+            self._recall_pool, functools.partial(self._recaller.context, caller.org_id, dump(body), visible=visible)
+        )
+        return JSONResponse(block)
+
+    @app.get("/v1/memories", tags=["memories"], response_model=MemoryPage, responses=errors())
     async def list_memories(
-        self, caller: Caller, user_id: UserId, limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-        cursor: str | None = None, status: str = "active",
+        self, caller: Caller, user_id: UserId,
+        limit: Annotated[int, Query(ge=1, le=1000, description="Memories per page.")] = 50,
+        cursor: Annotated[str | None, Query(description="The `next_cursor` of the page before.")] = None,
+        status: Annotated[str, Query(description="`active`, `superseded`, `expired` or `all`.")] = "active",
     ) -> dict[str, Any]:
         """A user's memories, newest first (for a key kept to teams, those of its teams and of no
         team: a page may then hold fewer than `limit`; `next_cursor` goes on from where it ended)."""
@@ -213,24 +262,24 @@ class IngressDeployment:
         records = [m for m in page.records if caller.may_read(m.team_id)]
         return {"memories": [m.public() for m in records], "next_cursor": page.next_cursor}
 
-    @app.get("/v1/memories/{memory_id}", tags=["memories"])
-    async def get_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+    @app.get("/v1/memories/{memory_id}", tags=["memories"], response_model=Memory, responses=errors(404))
+    async def get_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """One memory; another user's or org's id is a 404, another team's (for a key kept to teams) a 403."""
         caller.require("reader")
         record = await self._read(self._reader.get, Scope.user(caller.org_id, user_id), memory_id)
         caller.require_read(record.team_id)
         return record.public()
 
-    @app.patch("/v1/memories/{memory_id}", tags=["memories"])
-    async def patch_memory(self, memory_id: str, body: PatchIn, caller: Caller, user_id: UserId) -> dict[str, Any]:
+    @app.patch("/v1/memories/{memory_id}", tags=["memories"], response_model=Memory, responses=errors(404, body=True))
+    async def patch_memory(self, memory_id: MemoryId, body: PatchIn, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Change content, type, importance, metadata or expiry in place (content re-embedded)."""
         caller.require("writer")
         scope = Scope.user(caller.org_id, user_id)
         await self._require_changeable(caller, scope, memory_id)
         return await self._writer.run.remote(caller.org_id, "update", scope, memory_id, dump(body), actor=caller.key_id)
 
-    @app.delete("/v1/memories/{memory_id}", tags=["memories"])
-    async def delete_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+    @app.delete("/v1/memories/{memory_id}", tags=["memories"], response_model=Deleted, responses=errors(404))
+    async def delete_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Delete one memory; its audit trail stays."""
         caller.require("writer")
         scope = Scope.user(caller.org_id, user_id)
@@ -238,8 +287,9 @@ class IngressDeployment:
         await self._writer.run.remote(caller.org_id, "delete", scope, memory_id, actor=caller.key_id)
         return {"deleted": memory_id}
 
-    @app.post("/v1/memories/{memory_id}/restore", tags=["memories"])
-    async def restore_memory(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+    @app.post("/v1/memories/{memory_id}/restore", tags=["memories"], response_model=Memory,
+              responses=errors(404, 409))
+    async def restore_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Undo a wrong supersede or merge: the superseded memory is active again (409 if it is not
         superseded), with a `restored` event; consolidation keeps it apart from what replaced it.
         It is one more active memory: an org at its memory quota restores nothing."""
@@ -248,8 +298,9 @@ class IngressDeployment:
         await self._require_changeable(caller, scope, memory_id)
         return await self._writer.run.remote(caller.org_id, "restore", scope, memory_id, actor=caller.key_id)
 
-    @app.get("/v1/memories/{memory_id}/history", tags=["memories"])
-    async def history(self, memory_id: str, caller: Caller, user_id: UserId) -> dict[str, Any]:
+    @app.get("/v1/memories/{memory_id}/history", tags=["memories"], response_model=MemoryHistory,
+             responses=errors(404))
+    async def history(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """The memory's audit events, oldest first (also after it was deleted, except for a key kept to
         teams: events do not say which team a deleted memory was of)."""
         caller.require("reader")
@@ -266,19 +317,23 @@ class IngressDeployment:
             caller.require_read(record.team_id)
         return {"events": [e.model_dump(mode="json") for e in events]}
 
-    @app.delete("/v1/users/{user_id}", status_code=202, tags=["users"])
-    async def erase_user(self, user_id: str, caller: Caller) -> dict[str, Any]:
+    @app.delete("/v1/users/{user_id}", status_code=202, tags=["users"], response_model=Erasure, responses=errors())
+    async def erase_user(
+        self, user_id: Annotated[str, Path(description="The user to erase, everything of theirs.")], caller: Caller
+    ) -> dict[str, Any]:
         """Erase everything of a user, unrecoverably: gone from every read when this answers; the
         job `job_id` then removes their bytes from every file of the store (its report is the receipt)."""
         caller.require("admin")
         caller.require_every_team("erasing a user")
         check_identifier("user_id", user_id)
         started = await self._writer.erase_user.remote(caller.org_id, user_id, caller.key_id)
+        self._recaller.forget_summaries(caller.org_id, user_id)
         return {"erased": started["rows_deleted"], "job_id": started["job_id"]}
 
     # -- conversations, sessions, jobs ---------------------------------------------------------
 
-    @app.post("/v1/conversations", status_code=202, tags=["conversations"])
+    @app.post("/v1/conversations", status_code=202, tags=["conversations"], response_model=JobAccepted,
+              responses=errors(body=True))
     async def conversations(self, body: ConversationIn, caller: Caller) -> dict[str, str]:
         """Redact and log the turns now; extract memories in the background (`GET /v1/jobs/{id}`).
 
@@ -295,9 +350,11 @@ class IngressDeployment:
         )
         return {"job_id": job_id}
 
-    @app.get("/v1/sessions/{session_id}/messages", tags=["conversations"])
+    @app.get("/v1/sessions/{session_id}/messages", tags=["conversations"], response_model=SessionMessages,
+             responses=errors())
     async def session_messages(
-        self, session_id: str, caller: Caller, user_id: UserId, last: Annotated[int, Query(ge=1, le=1000)] = 20
+        self, session_id: Annotated[str, Path(description="The session.")], caller: Caller, user_id: UserId,
+        last: Annotated[int, Query(ge=1, le=1000, description="How many of the latest turns.")] = 20,
     ) -> dict[str, Any]:
         """The recent window of a session, oldest first."""
         caller.require("reader")
@@ -306,7 +363,8 @@ class IngressDeployment:
         )
         return {"messages": [r.model_dump(mode="json", exclude={"id", "org_id"}) for r in records]}
 
-    @app.post("/v1/jobs/import", status_code=202, tags=["jobs"])
+    @app.post("/v1/jobs/import", status_code=202, tags=["jobs"], response_model=JobAccepted,
+              responses=errors(404, body=True))
     async def submit_import(self, body: ImportIn, caller: Caller) -> dict[str, str]:
         """Submit a bulk import of a history file to the cluster; rows of other orgs are rejected.
 
@@ -322,7 +380,8 @@ class IngressDeployment:
         ))
         return {"job_id": job_id}
 
-    @app.post("/v1/jobs/consolidate", status_code=202, tags=["jobs"])
+    @app.post("/v1/jobs/consolidate", status_code=202, tags=["jobs"], response_model=JobAccepted,
+              responses=errors(409, body=True))
     async def consolidate(self, body: ConsolidateIn, caller: Caller) -> dict[str, str]:
         """Start consolidation of the caller's org (or one user) on the cluster now."""
         caller.require("admin")
@@ -333,14 +392,14 @@ class IngressDeployment:
         ))
         return {"job_id": consolidation_job_id(run.run_id)}
 
-    @app.get("/v1/schedule", tags=["jobs"])
+    @app.get("/v1/schedule", tags=["jobs"], response_model=Schedule, responses=errors())
     async def schedule(self, caller: Caller) -> dict[str, Any]:
         """The consolidation schedule: on or off, the next run, the last submission."""
         caller.require("reader")
         return await self._scheduler.status.remote()
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
-    async def get_job(self, job_id: str, caller: Caller) -> dict[str, Any]:
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=Job, responses=errors(404))
+    async def get_job(self, job_id: Annotated[str, Path(description="The job's id.")], caller: Caller) -> dict[str, Any]:
         """Any background job of the caller's org."""
         caller.require("reader")
         check_identifier("job id", job_id)

@@ -13,7 +13,8 @@ import time
 import uuid
 from typing import Annotated, Any
 
-from fastapi import Depends, Header
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import State
 
 from agent_memory.settings import Settings
@@ -135,7 +136,18 @@ class RequestContext:
         await self.app(scope, replay, send)
 
 
-async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+# The bearer scheme, for /openapi.json and the docs' "Authorize" button; the header is read as sent,
+# so that a malformed one gets the key ring's own 401 rather than FastAPI's.
+BEARER = HTTPBearer(
+    auto_error=False, scheme_name="apiKey", bearerFormat="agent-memory API key",
+    description="`Authorization: Bearer <key>` with a key from `agent-memory keys create`. Without a keys file "
+                "(a local server) no key is needed and every call is in the default org.",
+)
+
+
+async def principal(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)] = None
+) -> Principal:
     """The caller: the key's org, role and teams, or the anonymous default org when no keys are
     configured; RateLimitedError (429, with when to retry) over the key's rate limit.
 
@@ -144,7 +156,7 @@ async def principal(authorization: Annotated[str | None, Header()] = None) -> Pr
     """
     state = STATE
     keys: KeyRing | None = state.keys
-    caller = ANONYMOUS if keys is None else keys.current().authenticate(authorization)
+    caller = ANONYMOUS if keys is None else keys.current().authenticate(request.headers.get("authorization"))
     limit = state.settings.auth.rate_limit_per_minute if caller.rate_limit is None else caller.rate_limit
     if limit:
         wait = state.limiter.take(caller.key_id, limit)

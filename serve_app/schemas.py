@@ -8,9 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from agent_memory_client.models import ErrorBody
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.models import (
+    ContextQuery,
     Identifier,
     MemoryFields,
     MemoryPatch,
@@ -41,7 +43,7 @@ class MemoryIn(MemoryFields):
 class MemoryBatchIn(_Body):
     """Many memories in one request (one commit)."""
 
-    memories: list[MemoryIn] = Field(min_length=1)
+    memories: list[MemoryIn] = Field(min_length=1, description="The memories, stored in this order (ids answer in it).")
 
 
 class SearchIn(SearchQuery):
@@ -82,25 +84,65 @@ class ConversationIn(_Body):
         },
     )
 
-    user_id: Identifier
-    session_id: Identifier
-    agent_id: Identifier | None = None
-    messages: list[MessageIn] = Field(min_length=1)
-    mode: Literal["raw", "rules", "llm"] | None = None
+    user_id: Identifier = Field(description="Whose conversation it is.")
+    session_id: Identifier = Field(description="The conversation: later turns of it go to the same session.")
+    agent_id: Identifier | None = Field(None, description="The agent in the conversation.")
+    messages: list[MessageIn] = Field(min_length=1, description="The new turns, oldest first.")
+    mode: Literal["raw", "rules", "llm"] | None = Field(
+        None, description="How memories are extracted: `rules` (offline, English and Chinese), `llm` (the configured "
+                          "model) or `raw` (every turn); default `llm` where an LLM is configured, else `rules`.")
 
 
 class ImportIn(_Body):
     """A bulk import to run on the cluster."""
 
-    path: Text
-    format: Literal["auto", "jsonl", "csv", "parquet"] = "auto"
-    mode: Literal["raw", "rules", "llm"] = "raw"
+    path: Text = Field(description="`s3://...` or a file under the server's import root (`AGENT_MEMORY_IMPORT_ROOT`).")
+    format: Literal["auto", "jsonl", "csv", "parquet"] = Field("auto", description="The file's format; `auto` by its name.")
+    mode: Literal["raw", "rules", "llm"] = Field("raw", description="`raw` (every turn a memory), `rules` or `llm` extraction.")
 
 
 class ConsolidateIn(_Body):
     """A consolidation run for the caller's org, or one user of it."""
 
-    user_id: Identifier | None = None
+    user_id: Identifier | None = Field(None, description="Only this user; default: every user of the org.")
+
+
+class ContextIn(ContextQuery):
+    """A context request (the core's ContextQuery, with examples for /docs)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"user_id": "u1", "session_id": "s1", "query": "Which editor should I set up?", "max_tokens": 800},
+                {"user_id": "u2", "session_id": "s9", "query": "后端用什么语言写比较好？", "memory_types": ["semantic"]},
+            ]
+        },
+    )
+
+
+# What each error status means, for the docs of every operation that may answer it.
+ERROR_STATUSES: dict[int, str] = {
+    401: "No API key, or one nobody issued (`unauthorized`).",
+    403: "The key's role or teams do not allow this (`forbidden`, `team_forbidden`), or the org is at its "
+         "memory quota (`quota_exceeded`).",
+    404: "No such memory, job or session for this user in this org (`not_found`).",
+    409: "The change conflicts with the memory's state (`not_superseded`, `conflict`).",
+    413: "The body is larger than the server's `max_body_bytes` (`body_too_large`).",
+    422: "The request is invalid; the message names each field (`invalid_input`).",
+    429: "Over the key's rate limit, or the extraction queue is full (`rate_limited`, `queue_full`): retry after "
+         "`Retry-After` seconds.",
+    503: "A part of the service is unavailable (`unavailable`, `erasure_incomplete`): retry; a write with the same "
+         "`Idempotency-Key`.",
+}
+# Every call with a key may answer these.
+COMMON_ERRORS = (401, 403, 422, 429, 503)
+
+
+def errors(*statuses: int, body: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of an operation: the common ones, `statuses`, 413 with a body."""
+    wanted = sorted({*COMMON_ERRORS, *statuses, *((413,) if body else ())})
+    return {status: {"model": ErrorBody, "description": ERROR_STATUSES[status]} for status in wanted}
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

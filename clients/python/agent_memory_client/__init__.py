@@ -22,6 +22,11 @@ from .errors import (
     UnavailableError,
 )
 from .models import (
+    Context,
+    ContextMemory,
+    ContextParts,
+    ContextSummary,
+    ContextTurn,
     Deleted,
     Erasure,
     Health,
@@ -48,6 +53,11 @@ __all__ = [
     "AgentMemoryError",
     "AsyncMemoryClient",
     "ConflictError",
+    "Context",
+    "ContextMemory",
+    "ContextParts",
+    "ContextSummary",
+    "ContextTurn",
     "Deleted",
     "Erasure",
     "Health",

@@ -22,6 +22,7 @@ import pydantic
 from ._http import Call, RetryPolicy, segment
 from .errors import ConflictError, InvalidInputError
 from .models import (
+    Context,
     Deleted,
     Erasure,
     Health,
@@ -102,6 +103,11 @@ def _search(body: dict[str, Any]) -> Call[SearchResult]:
     if isinstance(body.get("until"), datetime):
         body["until"] = body["until"].isoformat()
     return Call("POST", "/v1/memories/search", SearchResult.model_validate, json=body)
+
+
+def _context(body: dict[str, Any]) -> Call[Context]:
+    # A read: safe to send again.
+    return Call("POST", "/v1/context", Context.model_validate, json=body)
 
 
 def _list(user_id: str, limit: int, cursor: str | None, status: str) -> Call[MemoryPage]:
@@ -311,6 +317,17 @@ class MemoryClient:
             min_score=min_score, mode=mode,
         )))
 
+    def context(
+        self, user_id: str, query: str, *, session_id: str | None = None, max_tokens: int | None = None,
+        memory_types: list[MemoryType] | None = None, top_k: int | None = None,
+    ) -> Context:
+        """The block to put in the prompt (`POST /v1/context`): the session's recent turns, a summary
+        of its older ones and the memories that answer `query`, within `max_tokens`."""
+        return self._send(_context(_present(
+            user_id=user_id, query=query, session_id=session_id, max_tokens=max_tokens,
+            memory_types=memory_types, top_k=top_k,
+        )))
+
     def get(self, user_id: str, memory_id: str) -> Memory:
         """One memory, by its stored id or the client `id` it was written with."""
         return self._send(_get(user_id, memory_id))
@@ -497,6 +514,17 @@ class AsyncMemoryClient:
             user_id=user_id, query=query, top_k=top_k, memory_types=memory_types, scope=scope, team_id=team_id,
             agent_id=agent_id, session_id=session_id, filters=filters, since=since, until=until,
             min_score=min_score, mode=mode,
+        )))
+
+    async def context(
+        self, user_id: str, query: str, *, session_id: str | None = None, max_tokens: int | None = None,
+        memory_types: list[MemoryType] | None = None, top_k: int | None = None,
+    ) -> Context:
+        """The block to put in the prompt (`POST /v1/context`): the session's recent turns, a summary
+        of its older ones and the memories that answer `query`, within `max_tokens`."""
+        return await self._send(_context(_present(
+            user_id=user_id, query=query, session_id=session_id, max_tokens=max_tokens,
+            memory_types=memory_types, top_k=top_k,
         )))
 
     async def get(self, user_id: str, memory_id: str) -> Memory:

@@ -48,18 +48,23 @@ class TokenCounter:
         self._tokenizer = Tokenizer.from_file(path)
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
+        # A session's turns are counted again by every block made for it: counts are remembered.
+        self._length = lru_cache(maxsize=65_536)(self._encoded_length)
+
+    def _encoded_length(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids) if text else 0
+        """The number of tokens of `text`."""
+        return self._length(text) if text else 0
 
     def cut(self, text: str, limit: int) -> str:
         """The longest start of `text` of at most `limit` tokens, ending at a token's end."""
         if limit <= 0:
             return ""
-        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
-        if len(offsets) <= limit:
+        if self.count(text) <= limit:
             return text
-        return text[: offsets[limit - 1][1]]
+        return text[: self._tokenizer.encode(text, add_special_tokens=False).offsets[limit - 1][1]]
 
 
 @lru_cache(maxsize=4)
@@ -133,8 +138,8 @@ def extractive_summary(turns: Sequence[MessageRecord], budget: int, counter: Tok
     longest = max(budget // 6, 24)
     lines: dict[int, tuple[str, int, frozenset[str], float]] = {}
     for at, turn in enumerate(turns):
-        content_words = frozenset(terms(turn.content))
-        if len(content_words) < 2 or only_asks(turn.content):
+        content_words = summary_words(turn.content)
+        if content_words is None:
             continue
         line = counter.cut(turn_line(turn, words), longest)
         lines[at] = (line, counter.count(line) + 1, content_words, 1.5 if turn.role == "user" else 1.0)  # + newline
@@ -162,6 +167,13 @@ def extractive_summary(turns: Sequence[MessageRecord], budget: int, counter: Tok
             used += lines[at][1]
             said |= lines[at][2]
     return "\n".join(lines[at][0] for at in sorted(kept))
+
+
+@lru_cache(maxsize=65_536)
+def summary_words(content: str) -> frozenset[str] | None:
+    """A turn's content words, or None for a turn that says nothing (fewer than two, or only asks)."""
+    content_words = frozenset(terms(content))
+    return None if len(content_words) < 2 or only_asks(content) else content_words
 
 
 LLM_SUMMARY = (

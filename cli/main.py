@@ -31,6 +31,7 @@ from agent_memory.evaluation import (
 from agent_memory.models import OrgScope, Scope
 from agent_memory.settings import Settings
 from cli.demo import load_sample, show_recall
+from cli.mcp_server import cmd_mcp
 from jobs.consolidate import run_consolidation
 from jobs.conversations import run_conversation_job
 from jobs.importer import ImportOptions, dry_run, import_into, run_import
@@ -597,6 +598,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: that setting)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("mcp", help="serve the memory as MCP tools (remember, recall, list_memories, forget)")
+    p.add_argument("--transport", default="stdio", choices=["stdio", "http"], help="http: streamable HTTP at /mcp")
+    p.add_argument("--host", default="127.0.0.1", help="--transport http: where to listen (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="--transport http: the port (default: 8765)")
+    p.add_argument("--url", default=None, help="the agent-memory server (default: AGENT_MEMORY_URL, else http://127.0.0.1:8000)")
+    p.add_argument("--api-key", default=None, help="its API key (default: AGENT_MEMORY_API_KEY)")
+    p.add_argument("--allow-erase", action="store_true", help="let `forget` without a memory id erase a whole user")
+    p.add_argument("--embedded", action="store_true", help="no server: open the local store in this process")
+    p.add_argument("--org-id", default="default", help="--embedded: tenant (default: default)")
+    p.add_argument("--storage-uri", default=None, help="--embedded: overrides AGENT_MEMORY_STORAGE_URI")
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("jobs", help="background jobs: show one, retry a failed one")
     jobs_sub = p.add_subparsers(dest="jobs_command", required=True)

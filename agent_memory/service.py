@@ -8,7 +8,7 @@ new and retired rows with their audit events (`writes.Writes`), recall (`recall.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import cached_property
@@ -41,6 +41,8 @@ from agent_memory.models import (
     parse_input,
     utcnow,
 )
+from agent_memory.portability import export_lines, parse_export
+from agent_memory.portability import restore as restore_export
 from agent_memory.recall import Recaller
 from agent_memory.rows import RowBuilder, group_sessions, person_name
 from agent_memory.settings import Settings
@@ -309,6 +311,22 @@ class MemoryService:
         if purge:
             return finish_erasure(self, self.settings, org_id, job.id)
         return {"job_id": job.id, **job.report}
+
+    def export_user(self, scope: Scope) -> Iterator[dict[str, Any]]:
+        """Everything of one user as the lines of an export file (agent_memory.portability): their
+        memories in every state, their turns and their memories' events; restorable with
+        `restore_user`."""
+        memories, _ = self.store.user_memories(scope)
+        memories = self._with_pending_access(scope, memories)
+        return export_lines(scope.user_id, memories, self.store.user_messages(scope), self.store.user_events(scope))
+
+    def restore_user(self, org_id: str, lines: Iterable[str | bytes]) -> dict[str, Any]:
+        """Load an export into `org_id`, into the same user, who must have nothing stored: the
+        same ids, states, access counts, turns and events (vectors made again with this store's
+        model). The whole file is read and checked before anything is written."""
+        check_identifier("org_id", org_id)
+        export = parse_export(lines, org_id)
+        return {"user_id": export.user_id, "restored": restore_export(self, org_id, export)}
 
     def delete_user_rows(self, job: JobRecord) -> JobRecord:
         """An erasure's first step: delete the rows of the job's user in every table, record the

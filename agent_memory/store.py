@@ -213,6 +213,14 @@ class MemoryStore(Protocol):
         """Log messages (insert-if-absent on row id); return the ids inserted."""
         ...
 
+    def user_events(self, scope: Scope) -> list[MemoryEvent]:
+        """Every audit event of the scope's user, oldest first."""
+        ...
+
+    def user_messages(self, scope: Scope) -> list[MessageRecord]:
+        """Every logged turn of the scope's user, by session and time."""
+        ...
+
     def session_messages(self, scope: Scope, session_id: str, last: int) -> list[MessageRecord]:
         """The last `last` messages of a session, oldest first."""
         ...

@@ -45,6 +45,18 @@ class Journal:
         events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
         return events
 
+    def user_events(self, scope: Scope) -> list[MemoryEvent]:
+        """Every audit event of the scope's user, oldest first (as `memory_events` orders them)."""
+        events = [sc.event_record(r) for r in self.tables.rows(sc.EVENTS, scoped(scope, owner_only=True))]
+        events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
+        return events
+
+    def user_messages(self, scope: Scope) -> list[MessageRecord]:
+        """Every logged turn of the scope's user, by session, oldest first."""
+        rows = self.tables.rows(sc.MESSAGES, scoped(scope, owner_only=True))
+        rows.sort(key=lambda r: (r["session_id"], r["created_at"], r["message_id"]))
+        return [sc.message_record(r) for r in rows]
+
     def drop_memory_events(self, scope: Scope, memory_ids: Sequence[str]) -> int:
         """Delete the audit events of these memories of the scope's user (retention); the count."""
         if not memory_ids:

@@ -156,6 +156,12 @@ class LanceStore:
         """The audit events of one memory inside the scope, oldest first."""
         return self.journal.memory_events(scope, memory_id)
 
+    def user_events(self, scope: Scope) -> list[MemoryEvent]:
+        return self.journal.user_events(scope)
+
+    def user_messages(self, scope: Scope) -> list[MessageRecord]:
+        return self.journal.user_messages(scope)
+
     def append_messages(self, scope: WriteScope, messages: Sequence[MessageRecord]) -> set[str]:
         """Log messages (insert-if-absent on row id); return the ids inserted."""
         return self.journal.append_messages(scope, messages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import random
 import time
 import uuid
@@ -17,6 +18,8 @@ from .errors import UnavailableError, error_for
 
 T = TypeVar("T")
 
+# JSON lines (a user's export): the answer is the list of its lines.
+NDJSON = "application/x-ndjson"
 # Statuses that say "try again": over the rate limit or the extraction queue full, unavailable.
 RETRY_STATUSES = frozenset({429, 503})
 # Failures where the request cannot have reached the server, so any request may be sent again.
@@ -95,7 +98,10 @@ class Call(Generic[T]):
     def answer(self, response: httpx.Response, attempts: int) -> T:
         """The parsed answer, or the typed error it stands for."""
         try:
-            payload = response.json()
+            if response.is_success and response.headers.get("content-type", "").startswith(NDJSON):
+                payload = [json.loads(line) for line in response.text.splitlines() if line.strip()]
+            else:
+                payload = response.json()
         except ValueError:
             payload = None
         if response.is_success or (

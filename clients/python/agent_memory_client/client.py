@@ -150,6 +150,10 @@ def _erase(user_id: str) -> Call[Erasure]:
     return Call("DELETE", f"/v1/users/{segment(user_id)}", Erasure.model_validate)
 
 
+def _export(user_id: str) -> Call[list[dict[str, Any]]]:
+    return Call("GET", f"/v1/users/{segment(user_id)}/export", list)
+
+
 def _conversation(
     user_id: str, session_id: str, messages: Iterable[Turn | Mapping[str, Any]], agent_id: str | None,
     mode: str | None, idempotency_key: str | None,
@@ -376,6 +380,12 @@ class MemoryClient:
         """Erase everything of a user, unrecoverably (admin); `job_id` is the purge's receipt."""
         return self._send(_erase(user_id))
 
+    def export_user(self, user_id: str) -> list[dict[str, Any]]:
+        """Everything of a user as the lines of an export (`GET /v1/users/{id}/export`, admin):
+        a header, their memories, turns and events, and an end line; `agent-memory import
+        --format memories` restores it."""
+        return self._send(_export(user_id))
+
     def log_conversation(
         self, user_id: str, session_id: str, messages: Iterable[Turn | Mapping[str, Any]], *,
         agent_id: str | None = None, mode: Literal["raw", "rules", "llm"] | None = None,
@@ -577,6 +587,12 @@ class AsyncMemoryClient:
     async def erase_user(self, user_id: str) -> Erasure:
         """Erase everything of a user, unrecoverably (admin); `job_id` is the purge's receipt."""
         return await self._send(_erase(user_id))
+
+    async def export_user(self, user_id: str) -> list[dict[str, Any]]:
+        """Everything of a user as the lines of an export (`GET /v1/users/{id}/export`, admin):
+        a header, their memories, turns and events, and an end line; `agent-memory import
+        --format memories` restores it."""
+        return await self._send(_export(user_id))
 
     async def log_conversation(
         self, user_id: str, session_id: str, messages: Iterable[Turn | Mapping[str, Any]], *,

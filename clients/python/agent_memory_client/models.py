@@ -290,6 +290,15 @@ class Context(_Answer):
     degraded: bool = Field(False, description="True when recall ran on keywords alone.")
 
 
+class ExportLine(_Answer):
+    """One line of a user's export (JSON lines): a header, then every memory, turn and event, then
+    the end line. The other fields are the row's: a memory's as `Memory` shows them (with
+    `index_text`), a turn's as `SessionMessage`, an event's as `MemoryEvent`."""
+
+    kind: str = Field(description="`export` (the header: `version`, `user_id`), `memory`, `message`, `event`, or "
+                                  "`end` (the counts: `memories`, `messages`, `events`; a file without it was cut short).")
+
+
 class ErrorDetail(_Answer):
     """What went wrong."""
 

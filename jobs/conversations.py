@@ -75,7 +75,9 @@ def run_conversation_job(service: MemoryService, org_id: str, job_id: str, *, fi
         missing = len(set(report["message_ids"])) - len(messages)
         if missing:
             raise NotFoundError(f"{missing} of the job's messages are not in the log (erased?)")
-        result = extract_and_store(service, org_id, messages, report["mode"], actor=f"job:{job_id}")
+        # The caller who sent the turns, where the job names one (a job from before it did: the job).
+        actor = report.get("actor") or f"job:{job_id}"
+        result = extract_and_store(service, org_id, messages, report["mode"], actor=actor)
     except Exception as exc:  # every failure is recorded on the job; none is lost
         state = "failed" if final else "queued"
         error = f"{getattr(exc, 'code', type(exc).__name__)}: {exc}"
@@ -236,8 +238,12 @@ def submit_conversation(
     session_id: str,
     message_records: Sequence[MessageRecord],
     mode: str | None = None,
+    *,
+    actor: str | None = None,
 ) -> str:
     """Queue extraction of already redacted and logged messages; return the job id at once.
+
+    `actor` (the caller's key name) is kept in the job: the audit actor of what extraction changes.
 
     Raises `UnavailableError` (code `queue_full`) when the queue is full: the caller answers 429
     and the client retries; the messages stay in the log either way.
@@ -259,6 +265,7 @@ def submit_conversation(
     job_id = conversation_job_id(org_id, user_id, session_id, message_ids, mode)
     job = JobRecord.new(job_id, org_id, KIND, user_id=user_id, report={
         "user_id": user_id, "session_id": session_id, "mode": mode, "message_ids": message_ids, "attempts": 0,
+        **({"actor": actor} if actor else {}),
     })
     outcome = ask(scheduler(settings).submit.remote(job))
     if outcome == "full":

@@ -7,20 +7,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent_memory.embedding import Embedder, build_embedder
-from agent_memory.history import detect_format
 from agent_memory.service import MemoryService
+from jobs.import_exports import EXPORT_FORMATS
 from jobs.import_report import ImportOptions, ImportResult
 from jobs.import_rows import (
     EXTRACTED_COLUMNS,
     as_columns,
-    numbered_rows,
     raw_memory_rows,
-    read_bytes,
+    read_rows,
+    resolve_format,
     split_validated,
     validate_rows,
 )
 from jobs.import_write import ImportWriter, Progress, record_rejects
-from jobs.runtime import embed_batch
+from jobs.runtime import embed_batch, in_chunks
 
 
 def run_local(
@@ -34,9 +34,11 @@ def run_local(
     that its clock dates them); `embedder` is the model to embed with (else the settings' own).
     """
     settings = builder.settings
-    kind = detect_format(options.path, options.fmt)
-    rows = numbered_rows(read_bytes(options.path, settings), kind)
-    validated = validate_rows(rows, builder, options.org_id, only_org=options.only_org, force_org=options.force_org)
+    kind = resolve_format(options.path, options.fmt, settings)
+    # The whole file is read (a chat export streamed) before anything is written.
+    rows = list(read_rows(options.path, kind, settings, options.user_id))
+    validated = validate_rows(rows, builder, options.org_id, only_org=options.only_org, force_org=options.force_org,
+                              conversations=kind in EXPORT_FORMATS)
     messages, rejects = split_validated(validated, result)
     record_rejects(rejects, result, rejects_path)
     extracted = raw_memory_rows(messages, builder) if options.mode == "raw" else []
@@ -46,10 +48,12 @@ def run_local(
     writer.on_commit = progress
     try:
         embedder = embedder or build_embedder(settings)
-        step = settings.imports.commit_rows
-        for start in range(0, len(extracted), step):
-            chunk = as_columns(extracted[start : start + step], EXTRACTED_COLUMNS)
-            writer.commit(embed_batch(embedder, chunk))
+        step, block = settings.imports.commit_rows, settings.imports.embed_batch_rows
+        # Embedded a block at a time, as an actor of the Ray engine does: the bar moves between commits.
+        blocks = (embed_batch(embedder, as_columns(extracted[start : start + block], EXTRACTED_COLUMNS))
+                  for start in range(0, len(extracted), block))
+        for chunk in in_chunks(blocks, step, progress.embedded):
+            writer.commit(chunk)
         if options.mode != "raw" and messages:
             service = writer.open(embedder.name, embedder.dim, embedder)
             for start in range(0, len(messages), step):

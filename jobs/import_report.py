@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent_memory.history import Format, ImportMode
+from agent_memory.history import ImportMode
 
 Engine = Literal["auto", "ray", "local"]
+# The history formats (`agent_memory.history`) and the chat exports (`jobs.import_exports`).
+ImportFormat = Literal["auto", "jsonl", "csv", "parquet", "chatgpt", "claude"]
 
 
 @dataclass
@@ -15,7 +17,7 @@ class ImportOptions:
     """What to import and how."""
 
     path: str
-    fmt: Format = "auto"
+    fmt: ImportFormat = "auto"
     mode: ImportMode = "raw"
     org_id: str = "default"
     engine: Engine = "auto"
@@ -27,6 +29,10 @@ class ImportOptions:
     only_org: bool = False
     # `org_id` is every row's org, whatever a row names (the demo loads the sample into `default`).
     force_org: bool = False
+    # The user of every turn of a chat export (ChatGPT, Claude), which names none; required for those.
+    user_id: str | None = None
+    # The audit actor of what the import writes: over HTTP, the caller's key name.
+    actor: str = "import"
 
 
 @dataclass

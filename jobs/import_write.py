@@ -4,7 +4,6 @@ messages, run `rules`/`llm` extraction per user, write the rejects file, and rep
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from agent_memory.models import MemoryRecord, MessageRecord
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from jobs.import_report import ImportResult
+from jobs.progress import ProgressBar
 from storage.connect import open_service
 
 
@@ -30,8 +30,9 @@ class ImportWriter:
 
     def __init__(self, settings: Settings, result: ImportResult, *, store: Any = None,
                  service: MemoryService | None = None, keep_turns: bool = False,
-                 on_commit: Callable[[int], None] | None = None) -> None:
+                 on_commit: Callable[[int], None] | None = None, actor: str = "import") -> None:
         self.settings = settings
+        self.actor = actor
         self.result = result
         self.service = service
         self._store = store
@@ -74,7 +75,7 @@ class ImportWriter:
             record.oov = float(oov)
             by_org.setdefault(record.org_id, []).append(record)
         for org, records in by_org.items():
-            written = service.write_records(org, records, actor="import", on_conflict="skip")
+            written = service.write_records(org, records, actor=self.actor, on_conflict="skip")
             self.result.memories_written += len(written.created)
             self.result.memories_skipped += len(records) - len(written.created)
         self.committed += len(vectors)
@@ -88,7 +89,7 @@ class ImportWriter:
         extractor = build_extractor(self.service.settings, mode)
         for (org_id, _user), turns in sorted(self.turns.items()):
             turns.sort(key=lambda m: (m.created_at, m.session_id, m.message_id))
-            extracted = extract_and_store(self.service, org_id, turns, mode, actor="import", extractor=extractor)
+            extracted = extract_and_store(self.service, org_id, turns, mode, actor=self.actor, extractor=extractor)
             # What extraction made of the turns: new memories, restatements folded into one the
             # user had, and candidates already stored by an earlier run of the same file.
             self.result.memories += len(extracted.created) + len(extracted.reinforced) + extracted.unchanged
@@ -113,26 +114,30 @@ def record_rejects(rejects: list[dict[str, Any]], result: ImportResult, path: Pa
 
 
 class Progress:
-    """A terminal progress bar (tqdm) and the jobs row, both fed by committed-row counts."""
+    """The import's progress: a terminal bar fed by rows as they are embedded (it moves while a
+    commit's rows are gathered), and the jobs row fed by committed rows."""
 
-    def __init__(self, total: int, show: bool, job: Callable[[float], None] | None) -> None:
-        self.bar = None
-        if show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="msg", desc="import", file=sys.stderr, dynamic_ncols=True)
-        self.total = max(total, 1)
+    def __init__(self, total: int | None, show: bool, job: Callable[[float], None] | None) -> None:
+        self.bar = ProgressBar(total, desc="import", unit="msg", show=show)
+        self.total = max(total or 0, 1)
         self.job = job
         self.done = 0
 
+    def stage(self, desc: str, total: int | None = None) -> None:
+        """Name the stage on the bar; a `total` starts the count of embedded rows."""
+        self.bar.stage(desc, total)
+        if total is not None:
+            self.total = max(total, 1)
+
+    def embedded(self, rows: int) -> None:
+        """Count rows embedded (on the bar)."""
+        self.bar.update(rows)
+
     def __call__(self, done: int) -> None:
-        if self.bar is not None:
-            self.bar.update(done - self.done)
         self.done = done
         if self.job is not None:
             self.job(min(done / self.total, 0.99))
 
     def close(self) -> None:
         """Close the bar (the jobs row gets its final state from the caller)."""
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()

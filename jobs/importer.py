@@ -9,10 +9,13 @@ Each returns or records one report, `ImportResult`.
 Stages (modules beside this one; both engines call the same functions, so they produce the same
 rows and ids):
 
-1. read (`import_rows`): the file's bytes (local path or object-store URI) become numbered rows.
+1. read (`import_rows`): the file's bytes (local path or object-store URI) become numbered rows;
+   a ChatGPT or Claude export (`import_exports`) is streamed, each conversation one row of its
+   turns, in order, as history rows of the `user_id` given.
 2. validate + redact (`import_rows`): `agent_memory.history.parse_turn` and the service's
    `message_records` (the core's redactor) turn each row into a message-log row, or into a
-   reject (line, reason, the row itself redacted). Redactions are counted by kind.
+   reject (line, reason, the row itself redacted). Redactions are counted by kind. An export's
+   conversation is all or nothing: any part of it that fails rejects it whole, as one reject.
 3. extract (`raw`, `import_rows`): turns are grouped by (org, user, session), ordered, and each
    becomes one episodic memory through the service's `raw_memories` + `prepare` (deterministic ids).
 4. embed (`jobs.runtime`): a callable class on an actor pool (`ActorPoolStrategy`), the model
@@ -52,21 +55,24 @@ import numpy as np
 
 from agent_memory.embedding import build_embedder
 from agent_memory.errors import AgentMemoryError, InvalidInputError, UnavailableError
-from agent_memory.history import Format, ImportMode, detect_format
+from agent_memory.history import ImportMode
 from agent_memory.job_record import JobRecord
 from agent_memory.models import OrgScope, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings, job_report_dir
+from jobs.import_exports import EXPORT_FORMATS
 from jobs.import_local import run_local
 from jobs.import_ray import run_ray
-from jobs.import_report import ImportOptions, ImportResult
+from jobs.import_report import ImportFormat, ImportOptions, ImportResult
 from jobs.import_rows import (
     EXTRACTED_COLUMNS,
+    FileKind,
     as_columns,
+    check_user,
     is_local,
-    numbered_rows,
     raw_memory_rows,
-    read_bytes,
+    read_rows,
+    resolve_format,
     split_validated,
     validate_rows,
 )
@@ -86,6 +92,15 @@ def check_mode(mode: str) -> None:
     """Refuse a mode other than `raw`, `rules` or `llm`, before anything is read or written."""
     if mode not in ("raw", "rules", "llm"):
         raise InvalidInputError(f"mode must be raw, rules or llm, not {mode!r}")
+
+
+def check_options(options: ImportOptions, settings: Settings) -> FileKind:
+    """The file's format (detected where `auto`), once the options make sense together; nothing
+    is written before."""
+    kind = resolve_format(options.path, options.fmt, settings)
+    check_mode(options.mode)
+    check_user(kind, options.user_id)
+    return kind
 
 
 def choose_engine(options: ImportOptions, settings: Settings) -> Literal["ray", "local"]:
@@ -117,8 +132,7 @@ def report_paths(options: ImportOptions) -> tuple[Path, Path]:
 def run_import(settings: Settings, options: ImportOptions, *, store: Any = None) -> ImportResult:
     """Import a history file end to end and write its report and rejects file; return the counts."""
     started = time.perf_counter()
-    detect_format(options.path, options.fmt)
-    check_mode(options.mode)
+    options = replace(options, fmt=check_options(options, settings))
     engine = choose_engine(options, settings)
     result = ImportResult(path=options.path, mode=options.mode, engine=engine, org_id=options.org_id)
     report_path, rejects_path = report_paths(options)
@@ -126,7 +140,7 @@ def run_import(settings: Settings, options: ImportOptions, *, store: Any = None)
     if job:
         job.update("running", 0.0)
     on_progress = job.progress if job else None
-    writer = ImportWriter(settings, result, store=store, keep_turns=options.mode != "raw")
+    writer = ImportWriter(settings, result, store=store, keep_turns=options.mode != "raw", actor=options.actor)
     try:
         if engine == "ray":
             run_ray(settings, options, result, writer, rejects_path=rejects_path, on_progress=on_progress)
@@ -161,20 +175,20 @@ def run_import(settings: Settings, options: ImportOptions, *, store: Any = None)
 
 
 def import_into(
-    service: MemoryService, path: str | Path, *, fmt: Format = "auto", mode: ImportMode = "raw",
-    org_id: str = "default", force_org: bool = False,
+    service: MemoryService, path: str | Path, *, fmt: ImportFormat = "auto", mode: ImportMode = "raw",
+    org_id: str = "default", force_org: bool = False, user_id: str | None = None,
 ) -> ImportResult:
     """Import a history file into an open service, in this process: its store, its model, its clock.
 
     The local engine of `run_import`, for callers that hold a service (`agent-memory eval`, the
     demo's sample, tests, benchmarks). It writes no report or rejects file, and leaves compaction
     to the caller. `org_id` is the org of rows that name none; with `force_org` it is every row's.
+    `user_id` is the user of a chat export's turns.
     """
     started = time.perf_counter()
     options = ImportOptions(path=str(path), fmt=fmt, mode=mode, org_id=org_id, engine="local",
-                            show_progress=False, force_org=force_org)
-    detect_format(options.path, fmt)
-    check_mode(mode)
+                            show_progress=False, force_org=force_org, user_id=user_id)
+    options.fmt = check_options(options, service.settings)
     if service.embedder is None:
         raise UnavailableError("import_into needs a service with its embedding model loaded")
     result = ImportResult(path=options.path, mode=mode, engine="local")
@@ -186,12 +200,20 @@ def import_into(
 
 
 def dry_run(settings: Settings, options: ImportOptions, *, limit: int = DRY_RUN_ROWS) -> dict[str, Any]:
-    """The first `limit` rows through every stage, nothing written: what each row would become."""
-    check_mode(options.mode)
-    kind = detect_format(options.path, options.fmt)
-    rows = numbered_rows(read_bytes(options.path, settings), kind)[:limit]
+    """The first `limit` rows through every stage, nothing written: what each row would become.
+    For a chat export, the first conversations, up to `limit` turns."""
+    kind = check_options(options, settings)
+    conversations = kind in EXPORT_FORMATS
+    rows: list[dict[str, Any]] = []
+    turns = 0
+    for row in read_rows(options.path, kind, settings, options.user_id):
+        rows.append(row)
+        turns += len(json.loads(row["row"])["turns"]) if conversations else 1
+        if turns >= limit:
+            break
     builder = MemoryService.row_builder(settings)
-    validated = validate_rows(rows, builder, options.org_id)
+    validated = validate_rows(rows, builder, options.org_id, force_org=options.force_org,
+                              conversations=conversations)
     result = ImportResult(path=options.path, mode=options.mode, engine="dry-run")
     messages, rejects = split_validated(validated, result)
     out_rows: list[dict[str, Any]] = [{"line": r["line"], "rejected": r["reason"], "row": r["row"]} for r in rejects]
@@ -246,10 +268,11 @@ class _JobRow:
 
 
 def submit_import(
-    settings: Settings, *, path: str, fmt: Format = "auto", mode: ImportMode = "raw", org_id: str = "default",
-    store: Any = None,
+    settings: Settings, *, path: str, fmt: ImportFormat = "auto", mode: ImportMode = "raw", org_id: str = "default",
+    user_id: str | None = None, store: Any = None, actor: str = "import",
 ) -> str:
     """Record a queued `import` job and start it on the connected Ray cluster; return the job id.
+    What it writes is audited as `actor`'s (the caller's key name).
 
     The job runs in a detached Ray actor (`ImportRunner`), so it outlives the replica or process
     that submitted it, and it updates its jobs row as it goes; `GET /v1/jobs/{id}` reads that row.
@@ -259,14 +282,15 @@ def submit_import(
     """
     import ray
 
-    detect_format(path, fmt)
-    check_mode(mode)
+    options = ImportOptions(path=path, fmt=fmt, mode=mode, org_id=org_id, engine="auto", show_progress=False,
+                            only_org=True, user_id=user_id, actor=actor)
+    kind = check_options(options, settings)
     store = store or open_store(settings, embedding_model=None, embedding_dim=None)
     job_id = uuid.uuid4().hex
     job = JobRecord.new(job_id, org_id, KIND, report={"path": path, "mode": mode, "format": fmt})
     store.put_job(OrgScope(org_id), job.as_row())
-    options = ImportOptions(path=path, fmt=fmt, mode=mode, org_id=org_id, engine="auto", job_id=job_id,
-                            show_progress=False, only_org=True, report_path=str(job_report_dir(settings) / f"{job_id}.report.json"))
+    options = replace(options, fmt=kind, job_id=job_id,
+                      report_path=str(job_report_dir(settings) / f"{job_id}.report.json"))
     # Submitted from the Serve app, whose replicas hold part of each node: embedding actors
     # reserve at most half a CPU so that the pool can start beside them.
     settings = settings.replace(import_embed_num_cpus=min(settings.imports.embed_num_cpus, 0.5))
@@ -298,9 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m jobs.importer`: the same job as `agent-memory import` (for Ray job submission)."""
     parser = argparse.ArgumentParser(prog="python -m jobs.importer")
     parser.add_argument("path")
-    parser.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet"])
+    parser.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "parquet", "chatgpt", "claude"])
     parser.add_argument("--mode", default="raw", choices=["raw", "rules", "llm"])
     parser.add_argument("--org-id", default="default")
+    parser.add_argument("--force-org", action="store_true")
+    parser.add_argument("--user-id", default=None)
     parser.add_argument("--job-id", default=None)
     parser.add_argument("--address", default=None)
     args = parser.parse_args(argv)
@@ -308,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.address:
         ensure_ray(args.address)
     result = run_import(settings, ImportOptions(path=args.path, fmt=args.format, mode=args.mode,
-                                                org_id=args.org_id, job_id=args.job_id, show_progress=False))
+                                                org_id=args.org_id, force_org=args.force_org, user_id=args.user_id,
+                                                job_id=args.job_id, show_progress=False))
     print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
     return 0
 

@@ -15,17 +15,18 @@ only what is not staged yet. Afterwards a store opened with the old model settin
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 
 from agent_memory.embedding import Embedder, build_embedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
-from jobs.runtime import EmbedMemories, embed_batch, embed_cpus, embed_pool, ensure_ray
+from jobs.progress import ProgressBar
+from jobs.runtime import EmbedMemories, embed_batch, embed_cpus, embed_pool, ensure_ray, in_chunks
 from storage import open_store
 from storage.connect import maintenance_of
 from storage.reembed import open_staging, stage, stale, switch
@@ -56,39 +57,42 @@ class Reembedding:
         todo = stale(self.tables, self.staging)
         if not todo.num_rows:
             return 0
-        step = self.settings.imports.commit_rows
-        bar = _bar(todo.num_rows, show_progress)
+        bar = ProgressBar(todo.num_rows, desc="reembed", unit="memory", show=show_progress)
         try:
-            if engine == "local":
-                for start in range(0, todo.num_rows, step):
-                    chunk = todo.slice(start, step)
-                    vectors, oov = self.embed(chunk.column("vector_text").to_pylist())
-                    stage(self.staging, chunk.column("id").to_pylist(), chunk.column("index_text").to_pylist(),
-                          vectors, oov)
-                    _tick(bar, chunk.num_rows)
-                return todo.num_rows
-            import ray
-            from ray.data import ActorPoolStrategy
-
-            ensure_ray()
-            low, high = embed_pool(self.settings)
-            dataset = ray.data.from_arrow(todo).repartition(
-                target_num_rows_per_block=self.settings.imports.embed_batch_rows
-            ).map_batches(
-                EmbedMemories, fn_constructor_kwargs={"settings": self.target},
-                compute=ActorPoolStrategy(min_size=low, max_size=high),
-                batch_size=self.settings.imports.embed_batch_rows,
-                num_cpus=embed_cpus(self.settings) if not self.settings.imports.embed_num_gpus
-                else self.settings.imports.embed_num_cpus,
-                num_gpus=self.settings.imports.embed_num_gpus or None, batch_format="numpy",
-            )
-            for batch in dataset.iter_batches(batch_size=step, batch_format="numpy"):
-                stage(self.staging, list(batch["id"]), list(batch["index_text"]), batch["vector"], batch["oov"])
-                _tick(bar, len(batch["id"]))
+            # Blocks of `import_embed_batch_rows`, staged in commits of `import_commit_rows`: the bar
+            # moves between commits.
+            blocks = self._embedded_here(todo) if engine == "local" else self._embedded_on_ray(todo)
+            for chunk in in_chunks(blocks, self.settings.imports.commit_rows, bar.update):
+                stage(self.staging, list(chunk["id"]), list(chunk["index_text"]), chunk["vector"], chunk["oov"])
             return todo.num_rows
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
+
+    def _embedded_here(self, todo: pa.Table) -> Iterator[dict[str, Any]]:
+        block = self.settings.imports.embed_batch_rows
+        for start in range(0, todo.num_rows, block):
+            rows = todo.slice(start, block)
+            vectors, oov = self.embed(rows.column("vector_text").to_pylist())
+            yield {"id": rows.column("id").to_pylist(), "index_text": rows.column("index_text").to_pylist(),
+                   "vector": vectors, "oov": np.asarray(oov, dtype=np.float32)}
+
+    def _embedded_on_ray(self, todo: pa.Table) -> Iterator[dict[str, Any]]:
+        import ray
+        from ray.data import ActorPoolStrategy
+
+        ensure_ray()
+        low, high = embed_pool(self.settings)
+        dataset = ray.data.from_arrow(todo).repartition(
+            target_num_rows_per_block=self.settings.imports.embed_batch_rows
+        ).map_batches(
+            EmbedMemories, fn_constructor_kwargs={"settings": self.target},
+            compute=ActorPoolStrategy(min_size=low, max_size=high),
+            batch_size=self.settings.imports.embed_batch_rows,
+            num_cpus=embed_cpus(self.settings) if not self.settings.imports.embed_num_gpus
+            else self.settings.imports.embed_num_cpus,
+            num_gpus=self.settings.imports.embed_num_gpus or None, batch_format="numpy",
+        )
+        yield from dataset.iter_batches(batch_size=None, batch_format="numpy")
 
     def switch(self) -> int:
         """Catch up what changed meanwhile and switch `memories` to the new vectors; return rows caught up."""
@@ -108,19 +112,6 @@ def reembed(settings: Settings, model: str, *, engine: Engine = "ray", show_prog
         "duration_s": round(time.perf_counter() - started, 3), "engine": engine,
         "next": f"set AGENT_MEMORY_EMBEDDING_MODEL={job.embedder.name} for every server and job",
     }
-
-
-def _bar(total: int, show: bool) -> Any:
-    if not show:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="memory", desc="reembed", file=sys.stderr, dynamic_ncols=True)
-
-
-def _tick(bar: Any, n: int) -> None:
-    if bar is not None:
-        bar.update(n)
 
 
 __all__ = ["Reembedding", "reembed", "embed_batch"]

@@ -1,8 +1,10 @@
 """Ray for the jobs: joining a cluster (or starting a local one), and the embedding actors that
-import and re-embedding share: their model batch, their pool size and their CPUs."""
+import and re-embedding share: their model batch, their pool size and their CPUs, and how what
+they embed is gathered into commits."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -90,3 +92,27 @@ def embed_batch(embedder: Embedder, batch: dict[str, Any]) -> dict[str, Any]:
     out["oov"] = np.asarray(embedder.oov_shares(texts), dtype=np.float32)
     out["model"] = np.asarray([embedder.name] * len(texts), dtype=object)
     return out
+
+
+def in_chunks(batches: Iterable[dict[str, Any]], rows: int, counted: Callable[[int], None]) -> Iterator[dict[str, Any]]:
+    """Embedded batches of columns joined into chunks of at least `rows` rows (the last one less),
+    each batch counted as it arrives: a progress bar moves while a chunk fills, one commit each."""
+    held: list[dict[str, Any]] = []
+    size = 0
+    for batch in batches:
+        n = len(batch["vector"])
+        counted(n)
+        held.append(batch)
+        size += n
+        if size >= rows:
+            yield _joined(held)
+            held, size = [], 0
+    if held:
+        yield _joined(held)
+
+
+def _joined(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(batches) == 1:
+        return batches[0]
+    return {name: np.concatenate([np.asarray(b[name]) for b in batches]) if isinstance(batches[0][name], np.ndarray)
+            else [value for b in batches for value in b[name]] for name in batches[0]}

@@ -80,7 +80,8 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
 
 
 def http_options(config: dict[str, Any], host: str | None, port: int | None) -> dict[str, Any]:
-    """Where the proxy listens: command-line flags, then the config file, then loopback:8000."""
+    """Where the proxy listens: `host` and `port` where given (flags, settings), then the config file, then
+    loopback:8000."""
     http = dict(config.get("http_options") or {})
     return {"host": host or http.get("host", "127.0.0.1"), "port": int(port or http.get("port", 8000))}
 

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from agent_memory.errors import (
     AgentMemoryError,
@@ -39,6 +40,12 @@ class TooLargeError(InvalidInputError):
     """The request body is over the configured limit."""
 
     code = "body_too_large"
+
+
+class NotJSONError(InvalidInputError):
+    """A body sent with a content type other than JSON (a form, plain text)."""
+
+    code = "unsupported_media_type"
 
 
 class RateLimitedError(UnavailableError):
@@ -74,6 +81,8 @@ def error_response(exc: BaseException) -> JSONResponse:
     exc = unwrap_remote(exc)
     if isinstance(exc, TooLargeError):
         status = 413
+    elif isinstance(exc, NotJSONError):
+        status = 415
     elif isinstance(exc, RateLimitedError):
         status = 429
     elif isinstance(exc, AgentMemoryError):
@@ -121,7 +130,23 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         # JSON, which the API answers 422 `invalid_input` like any other malformed body.
         return JSONResponse({"error": {"code": "invalid_input", "message": _unreadable_body(exc)}}, status_code=422)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+    message, headers = str(exc.detail), exc.headers
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request)
+        message = f"{request.method} is not allowed on {request.url.path}; it answers {allowed}"
+        headers = {**(headers or {}), "Allow": allowed}
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=exc.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of this path answers (Starlette's 405 names the first route's only)."""
+    routes = request.app.router.routes
+    allowed = [method for method in METHODS
+               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
+    return ", ".join(allowed)
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def _unreadable_body(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ from agent_memory_client.models import (
     Context,
     Deleted,
     Erasure,
+    ExportLine,
     Health,
     Job,
     JobAccepted,
@@ -30,11 +31,12 @@ from agent_memory_client.models import (
     WriteResult,
 )
 from fastapi import FastAPI, Header, Path, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from agent_memory.embedding import BatchingEmbedder
 from agent_memory.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from agent_memory.models import OrgScope, Scope, check_identifier
+from agent_memory.portability import dumps
 from agent_memory.settings import Settings
 from jobs.consolidate import job_id as consolidation_job_id
 from jobs.importer import submit_import
@@ -93,6 +95,12 @@ def resolve_import_path(path: str, root: str) -> str:
     if not target.is_file():
         raise NotFoundError(f"no file {path!r} under the import root")
     return str(target)
+
+
+class NDJSONResponse(StreamingResponse):
+    """JSON lines, streamed."""
+
+    media_type = "application/x-ndjson"
 
 
 UserId = Annotated[str, Query(min_length=1, max_length=256, description="The user whose memories these are.")]
@@ -202,7 +210,7 @@ class IngressDeployment:
             # A team's searches return what carries its id: a key kept to some teams adds to those
             # only, and only memories it may change afterwards (never one of no team).
             caller.require_team(item.get("team_id"))
-        result = await self._writer.add.remote(caller.org_id, items, idempotency_key)
+        result = await self._writer.add.remote(caller.org_id, items, idempotency_key, caller.key_id)
         return {"ids": result["ids"]}
 
     @app.post("/v1/memories/search", tags=["memories"], response_model=SearchResult, responses=errors(body=True))
@@ -330,6 +338,23 @@ class IngressDeployment:
         self._recaller.forget_summaries(caller.org_id, user_id)
         return {"erased": started["rows_deleted"], "job_id": started["job_id"]}
 
+    @app.get("/v1/users/{user_id}/export", tags=["users"], response_class=NDJSONResponse, responses={
+        200: {"model": ExportLine, "description": "The export, one JSON object a line (`application/x-ndjson`)."},
+        **errors(stream=True),
+    })
+    async def export_user(
+        self, user_id: Annotated[str, Path(description="The user whose memory to export.")], caller: Caller
+    ) -> NDJSONResponse:
+        """Everything of a user, streamed as JSON lines: every memory in any state (ids, status,
+        `superseded_by`, validity, importance, access counts, sources, metadata), every logged turn
+        and the audit events of their memories. `agent-memory import --format memories` restores
+        it into an empty user with the same ids and states."""
+        caller.require("admin")
+        caller.require_every_team("exporting a user")  # their memories of every team
+        check_identifier("user_id", user_id)
+        lines = await self._read(lambda: list(self._reader.export_user(Scope.user(caller.org_id, user_id))))
+        return NDJSONResponse(dumps(line) + "\n" for line in lines)
+
     # -- conversations, sessions, jobs ---------------------------------------------------------
 
     @app.post("/v1/conversations", status_code=202, tags=["conversations"], response_model=JobAccepted,
@@ -346,7 +371,7 @@ class IngressDeployment:
         caller.require_every_team("learning from a conversation")
         messages = [dump(m) for m in body.messages]
         job_id = await self._writer.log_conversation.remote(
-            caller.org_id, body.user_id, body.session_id, body.agent_id, messages, body.mode
+            caller.org_id, body.user_id, body.session_id, body.agent_id, messages, body.mode, caller.key_id
         )
         return {"job_id": job_id}
 
@@ -376,7 +401,8 @@ class IngressDeployment:
         path = resolve_import_path(body.path, self._settings.imports.root)
         await self._writer.check_room.remote(caller.org_id)  # an org at its memory quota imports nothing
         job_id = await self._read(lambda: submit_import(
-            self._settings, path=path, fmt=body.format, mode=body.mode, org_id=caller.org_id, store=self._store
+            self._settings, path=path, fmt=body.format, mode=body.mode, org_id=caller.org_id, user_id=body.user_id,
+            store=self._store, actor=caller.key_id,
         ))
         return {"job_id": job_id}
 

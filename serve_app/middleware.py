@@ -1,5 +1,6 @@
 """What every request passes through around its route: its request id and one JSON log line, the
-body-size limit (read before any parsing), and the caller's API key and rate limit (`Caller`).
+body-size limit (read before any parsing) and its content type, and the caller's API key and rate
+limit (`Caller`).
 
 They keep their state in `STATE`, set once per ingress replica (one per process) by
 `prepare_state`. Not on the FastAPI app's `state`: Serve serves a copy of the app that it made
@@ -20,13 +21,15 @@ from starlette.datastructures import State
 from agent_memory.settings import Settings
 from serve_app import metrics
 from serve_app.auth import ANONYMOUS, KeyRing, Principal
-from serve_app.errors import RateLimitedError, TooLargeError, error_response
+from serve_app.errors import NotJSONError, RateLimitedError, TooLargeError, error_response
 from serve_app.limits import RateLimiter, follow_replicas, retry_after
 
 # Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
 log = logging.getLogger("ray.serve")
 
 STATE = State()
+# The methods whose body a route reads.
+BODY_METHODS = ("POST", "PATCH", "PUT")
 
 
 def prepare_state(settings: Settings) -> asyncio.Task[None] | None:
@@ -55,8 +58,27 @@ def serve_request_id() -> str | None:
         return None
 
 
+def is_json(content_type: bytes | None) -> bool:
+    """Whether a `content-type` header names JSON (`application/json`, `application/*+json`, any
+    parameters), or is absent: FastAPI reads a body without one as JSON."""
+    if content_type is None:
+        return True
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def not_json(content_type: bytes) -> NotJSONError:
+    """The error of a body sent as something else than JSON."""
+    sent = content_type.split(b";", 1)[0].strip().decode("latin-1") or "an empty content type"
+    return NotJSONError(f"the body was sent as {sent}: send JSON, with the header `content-type: application/json`")
+
+
 class RequestContext:
     """Request ids, the body-size limit (before any parsing), and one JSON log line per request.
+
+    A body sent as anything but JSON (curl's `-d` sends a form unless told otherwise) is answered
+    415 `unsupported_media_type` before any route reads it: FastAPI would otherwise take it as a
+    string and answer 422 about a field the client did send.
 
     Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs each
     request in a task group of its own, which cost more CPU than the rest of this middleware
@@ -104,13 +126,16 @@ class RequestContext:
         """Answer 413 for a body over `limit`, told by its length or found while reading it."""
         too_large = TooLargeError(f"request body over {limit} bytes")
         length = headers.get(b"content-length")
+        content_type = headers.get(b"content-type")
         if length is not None:
             if not length.isdigit() or int(length) > limit:
                 await error_response(too_large)(scope, receive, send)
+            elif int(length) and scope["method"] in BODY_METHODS and not is_json(content_type):
+                await error_response(not_json(content_type))(scope, receive, send)
             else:
                 await self.app(scope, receive, send)
             return
-        if scope["method"] not in ("POST", "PATCH", "PUT"):
+        if scope["method"] not in BODY_METHODS:
             await self.app(scope, receive, send)
             return
         # A chunked body is read up to the limit, never further, then handed on whole.
@@ -123,6 +148,9 @@ class RequestContext:
             more = message.get("more_body", False)
         if len(body) > limit:
             await error_response(too_large)(scope, receive, send)
+            return
+        if body and not is_json(content_type):
+            await error_response(not_json(content_type))(scope, receive, send)
             return
         delivered = False
 

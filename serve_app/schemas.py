@@ -97,8 +97,14 @@ class ImportIn(_Body):
     """A bulk import to run on the cluster."""
 
     path: Text = Field(description="`s3://...` or a file under the server's import root (`AGENT_MEMORY_IMPORT_ROOT`).")
-    format: Literal["auto", "jsonl", "csv", "parquet"] = Field("auto", description="The file's format; `auto` by its name.")
+    format: Literal["auto", "jsonl", "csv", "parquet", "chatgpt", "claude"] = Field(
+        "auto", description="The file's format: a history file (JSONL, CSV, Parquet) or a ChatGPT or Claude "
+                            "`conversations.json`; `auto` by its name, a `.json` array of such conversations "
+                            "being that export.")
     mode: Literal["raw", "rules", "llm"] = Field("raw", description="`raw` (every turn a memory), `rules` or `llm` extraction.")
+    user_id: Identifier | None = Field(
+        None, description="The user of every turn of a ChatGPT or Claude export, which names none: required for "
+                          "those, refused for the history formats (their rows name their user).")
 
 
 class ConsolidateIn(_Body):
@@ -129,6 +135,7 @@ ERROR_STATUSES: dict[int, str] = {
     404: "No such memory, job or session for this user in this org (`not_found`).",
     409: "The change conflicts with the memory's state (`not_superseded`, `conflict`).",
     413: "The body is larger than the server's `max_body_bytes` (`body_too_large`).",
+    415: "The body was not sent as JSON: send it with `content-type: application/json` (`unsupported_media_type`).",
     422: "The request is invalid; the message names each field (`invalid_input`).",
     429: "Over the key's rate limit, or the extraction queue is full (`rate_limited`, `queue_full`): retry after "
          "`Retry-After` seconds.",
@@ -139,9 +146,15 @@ ERROR_STATUSES: dict[int, str] = {
 COMMON_ERRORS = (401, 403, 422, 429, 503)
 
 
-def errors(*statuses: int, body: bool = False) -> dict[int | str, dict[str, Any]]:
-    """The documented error answers of an operation: the common ones, `statuses`, 413 with a body."""
-    wanted = sorted({*COMMON_ERRORS, *statuses, *((413,) if body else ())})
+def errors(*statuses: int, body: bool = False, stream: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of an operation: the common ones, `statuses`, 413 and 415 with a body.
+
+    Errors are JSON, also where the success answer is not (`stream`: JSON lines); such an
+    operation names the error body by reference, as the JSON operations declare it."""
+    wanted = sorted({*COMMON_ERRORS, *statuses, *((413, 415) if body else ())})
+    if stream:
+        json_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        return {status: {"description": ERROR_STATUSES[status], "content": json_body} for status in wanted}
     return {status: {"model": ErrorBody, "description": ERROR_STATUSES[status]} for status in wanted}
 
 

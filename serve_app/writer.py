@@ -50,6 +50,7 @@ class _Operation:
     org_id: str
     future: asyncio.Future[Any]
     records: list[MemoryRecord] = field(default_factory=list)
+    actor: str = ""  # a write's audit actor: the caller's key name
     call: Callable[[], Any] | None = None
 
 
@@ -216,7 +217,8 @@ class WriterDeployment:
         for i, op in enumerate(batch):
             by_org.setdefault(op.org_id, []).append(i)
         for org_id, indexes in by_org.items():
-            outcome = self._service.write_batch(org_id, [batch[i].records for i in indexes], actor="api")
+            outcome = self._service.write_batch(org_id, [batch[i].records for i in indexes],
+                                                actor=[batch[i].actor for i in indexes])
             for i, result in zip(indexes, outcome, strict=True):
                 results[i] = result
         self._commit_rows.observe(sum(len(op.records) for op in batch))
@@ -307,9 +309,11 @@ class WriterDeployment:
         self._stopping.set()
         self._fold_due.set()
 
-    async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None) -> dict[str, Any]:
+    async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None,
+                  actor: str) -> dict[str, Any]:
         """Validate and redact now, within the org's quota; commit with whatever else arrives in the
-        same window. Over the quota nothing is queued and `quota_exceeded` is raised."""
+        same window (each write's events name its own `actor`). Over the quota nothing is queued and
+        `quota_exceeded` is raised."""
         items = [parse_input(NewMemory, m) for m in memories]
         records = [
             self._service.prepare(org_id, item, idempotency_key=idempotency_key, position=i)
@@ -319,7 +323,7 @@ class WriterDeployment:
         future: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
         # Settled when the commit ends, even if this request is cancelled while it waits.
         future.add_done_callback(lambda done: self._quota.settle(org_id, held, _created(done)))
-        result = await self._submit(_Operation("write", org_id, future, records=records))
+        result = await self._submit(_Operation("write", org_id, future, records=records, actor=actor))
         return {"ids": result.ids, "created": sorted(result.created)}
 
     async def check_room(self, org_id: str) -> None:
@@ -355,9 +359,10 @@ class WriterDeployment:
 
     async def log_conversation(
         self, org_id: str, user_id: str, session_id: str, agent_id: str | None,
-        messages: list[dict[str, Any]], mode: str | None,
+        messages: list[dict[str, Any]], mode: str | None, actor: str,
     ) -> str:
-        """Log the turns (in their turn in the queue), then queue their extraction on the cluster.
+        """Log the turns (in their turn in the queue), then queue their extraction on the cluster;
+        what it changes is audited as `actor`'s.
 
         Answers with the job id at once; a full extraction queue raises `queue_full` (429) after
         the turns are logged, so nothing the agent sent is lost. An org at its memory quota gets
@@ -371,7 +376,7 @@ class WriterDeployment:
             "call", org_id, loop.create_future(), call=lambda: self._service.log_messages(org_id, records)
         ))
         return await loop.run_in_executor(
-            None, lambda: submit_conversation(self._settings, org_id, user_id, session_id, records, mode)
+            None, lambda: submit_conversation(self._settings, org_id, user_id, session_id, records, mode, actor=actor)
         )
 
     async def _resume_jobs(self) -> None:

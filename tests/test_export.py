@@ -97,3 +97,47 @@ def test_a_restore_needs_an_empty_user_and_a_whole_valid_file(service: MemorySer
         assert export_text(service, "u2").count("\n") == 2  # nothing was written
     service.restore_user(ORG, lines)
     assert export_text(service, "u2") == text
+
+
+def test_the_round_trip_over_http_and_the_command_line(serve_app: dict[str, object], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Export over HTTP, erase over HTTP, restore with `agent-memory import --format memories` on
+    the app's store, export again: the same lines. Exporting needs an admin key."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    from agent_memory_client import MemoryClient, PermissionDeniedError
+
+    user = f"export-{uuid.uuid4().hex[:8]}"
+    url = str(serve_app["url"])
+    with MemoryClient(url, "acme-admin", timeout=60) as admin:
+        first_id = admin.add(user, "The user prefers Python for backend work", importance=0.8).id
+        admin.add(user, "用户喜欢用 Go 写后端服务。")
+        admin.update(user, first_id, importance=0.9)
+        job = admin.log_conversation(user, "s1", [{"role": "user", "content": "I do all my coding in Zed."},
+                                                  {"role": "assistant", "content": "Zed it is."}], mode="raw")
+        assert admin.wait_for_job(job.job_id, timeout=120).state == "succeeded"
+        exported = admin.export_user(user)
+        assert exported[0] == {"kind": "export", "version": 1, "user_id": user}
+        assert exported[-1] == {"kind": "end", "memories": 4, "messages": 2,
+                                "events": sum(line["kind"] == "event" for line in exported)}
+        assert {e["actor"] for e in exported if e["kind"] == "event" and e["action"] == "updated"} == {"acme-admin"}
+        with MemoryClient(url, "acme-writer", timeout=60) as writer, pytest.raises(PermissionDeniedError):
+            writer.export_user(user)
+
+        erasure = admin.erase_user(user)
+        assert admin.wait_for_job(erasure.job_id, timeout=180).state == "succeeded"
+        assert len(admin.export_user(user)) == 2
+        path = tmp_path / "export.jsonl"
+        path.write_text("".join(dumps(line) + "\n" for line in exported), encoding="utf-8")
+        settings = serve_app["settings"]
+        env = {**os.environ, "AGENT_MEMORY_STORAGE_URI": settings.storage.uri, "HF_HUB_OFFLINE": "1"}  # type: ignore[attr-defined]
+        run = subprocess.run([sys.executable, "-m", "cli.main", "import", str(path), "--format", "memories",
+                              "--org-id", "acme"], env=env, capture_output=True, text=True, timeout=300,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["restored"]["memories"] == 4
+        assert admin.export_user(user) == exported
+        assert admin.search(user, "which language for the backend?").memories[0].id == first_id

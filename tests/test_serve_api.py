@@ -330,7 +330,7 @@ def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capfd) -> None:
     port = serve_app["url"].rsplit(":", 1)[1]  # the running app's own port
     assert main(["serve", "--port", port, "--storage-uri", str(tmp_path / "lancedb")]) == 2
     # Said by the server, a child process of the supervisor `main` runs: on the file descriptor.
-    assert f"port {port} on 127.0.0.1 is taken" in capfd.readouterr().err
+    assert f"port {port} on 127.0.0.1 is in use" in capfd.readouterr().err
     assert not (tmp_path / "lancedb").exists()  # refused before anything started or was written
 
 

@@ -179,9 +179,10 @@ def _session(user_id: str, session_id: str, last: int) -> Call[list[SessionMessa
                 params={"user_id": user_id, "last": last})
 
 
-def _import(path: str, fmt: str, mode: str, idempotency_key: str | None) -> Call[JobAccepted]:
+def _import(path: str, fmt: str, mode: str, user_id: str | None, idempotency_key: str | None) -> Call[JobAccepted]:
     # A second import of the same file would start a second job: sent again only if never sent.
-    return Call("POST", "/v1/jobs/import", JobAccepted.model_validate, json={"path": path, "format": fmt, "mode": mode},
+    body = _present(path=path, format=fmt, mode=mode, user_id=user_id)
+    return Call("POST", "/v1/jobs/import", JobAccepted.model_validate, json=body,
                 idempotency_key=_key(idempotency_key), replayable=False)
 
 
@@ -401,11 +402,12 @@ class MemoryClient:
     # -- jobs -------------------------------------------------------------------------------------
 
     def submit_import(
-        self, path: str, *, format: Literal["auto", "jsonl", "csv", "parquet"] = "auto",
-        mode: Literal["raw", "rules", "llm"] = "raw", idempotency_key: str | None = None,
+        self, path: str, *, format: Literal["auto", "jsonl", "csv", "parquet", "chatgpt", "claude"] = "auto",
+        mode: Literal["raw", "rules", "llm"] = "raw", user_id: str | None = None, idempotency_key: str | None = None,
     ) -> JobAccepted:
-        """Start a bulk import of a history file under the server's import root, or an object-store URI (admin)."""
-        return self._send(_import(path, format, mode, idempotency_key))
+        """Start a bulk import of a history file, or of a ChatGPT or Claude export (whose turns are all
+        `user_id`'s), under the server's import root or at an object-store URI (admin)."""
+        return self._send(_import(path, format, mode, user_id, idempotency_key))
 
     def consolidate(self, user_id: str | None = None, *, idempotency_key: str | None = None) -> JobAccepted:
         """Start consolidation of the caller's org, or of one user, now (admin)."""
@@ -609,11 +611,12 @@ class AsyncMemoryClient:
     # -- jobs -------------------------------------------------------------------------------------
 
     async def submit_import(
-        self, path: str, *, format: Literal["auto", "jsonl", "csv", "parquet"] = "auto",
-        mode: Literal["raw", "rules", "llm"] = "raw", idempotency_key: str | None = None,
+        self, path: str, *, format: Literal["auto", "jsonl", "csv", "parquet", "chatgpt", "claude"] = "auto",
+        mode: Literal["raw", "rules", "llm"] = "raw", user_id: str | None = None, idempotency_key: str | None = None,
     ) -> JobAccepted:
-        """Start a bulk import of a history file under the server's import root, or an object-store URI (admin)."""
-        return await self._send(_import(path, format, mode, idempotency_key))
+        """Start a bulk import of a history file, or of a ChatGPT or Claude export (whose turns are all
+        `user_id`'s), under the server's import root or at an object-store URI (admin)."""
+        return await self._send(_import(path, format, mode, user_id, idempotency_key))
 
     async def consolidate(self, user_id: str | None = None, *, idempotency_key: str | None = None) -> JobAccepted:
         """Start consolidation of the caller's org, or of one user, now (admin)."""

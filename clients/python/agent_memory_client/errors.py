@@ -31,7 +31,7 @@ class AgentMemoryError(Exception):
 
 
 class InvalidInputError(AgentMemoryError, ValueError):
-    """422 `invalid_input` (the message names each field) or 413 `body_too_large`."""
+    """422 `invalid_input` (the message names each field), 413 `body_too_large` or 415 `unsupported_media_type`."""
 
 
 class UnauthorizedError(AgentMemoryError):
@@ -74,6 +74,7 @@ _BY_STATUS: dict[int, type[AgentMemoryError]] = {
     404: NotFoundError,
     409: ConflictError,
     413: InvalidInputError,
+    415: InvalidInputError,
     422: InvalidInputError,
     429: RateLimitedError,
     503: UnavailableError,

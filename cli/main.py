@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import ipaddress
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from agent_memory.portability import dumps
 from agent_memory.settings import Settings
 from cli.demo import load_sample, show_recall
 from cli.mcp_server import cmd_mcp
+from cli.net import is_loopback
 from jobs.consolidate import run_consolidation
 from jobs.conversations import run_conversation_job
 from jobs.importer import ImportOptions, dry_run, import_into, run_import
@@ -402,7 +402,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     # --host and --port, else AGENT_MEMORY_HOST and AGENT_MEMORY_PORT, else the Serve config's.
     http = http_options(config, args.host or settings.serving.host,
                         args.port if args.port is not None else settings.serving.port)
-    if settings.auth.api_keys_file is None and not _is_loopback(http["host"]):
+    if settings.auth.api_keys_file is None and not is_loopback(http["host"]):
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
@@ -447,13 +447,6 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def cmd_jobs_show(args: argparse.Namespace, settings: Settings) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import signal
 import sys
 import threading
@@ -30,6 +29,7 @@ from agent_memory.errors import AgentMemoryError, InvalidInputError
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
+from cli.net import is_loopback
 from storage.connect import open_service
 
 ACTOR = "mcp"  # the actor of embedded writes in the audit trail; over HTTP the server names the key
@@ -308,7 +308,7 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
             print(f"agent-memory MCP server on stdio, over {memories.where}", file=sys.stderr, flush=True)
             server.run("stdio")
             return 0
-        if not _is_loopback(args.host):
+        if not is_loopback(args.host):
             print(f"warning: the MCP endpoint on {args.host} has no authentication of its own: whoever reaches it "
                   "acts with this server's key, or on the local store", file=sys.stderr)
         print(f"agent-memory MCP server at http://{args.host}:{args.port}{MCP_PATH}, over {memories.where}",
@@ -320,12 +320,3 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         memories.close()
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

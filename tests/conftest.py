@@ -166,3 +166,17 @@ def api(serve_app: dict[str, object]) -> Callable[..., object]:
     yield client
     for c in clients:
         c.close()
+
+
+@pytest.fixture(scope="session")
+def bundled_tokenizer():  # type: ignore[no-untyped-def]
+    """The bundled model's tokenizer, loaded from its file without truncation or padding: counts of
+    context blocks are checked with it, apart from the server's own counter."""
+    from tokenizers import Tokenizer
+
+    from agent_memory.embedding import bundled_model_path
+
+    tokenizer = Tokenizer.from_file(str(Path(bundled_model_path()) / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer

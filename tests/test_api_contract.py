@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,8 +14,6 @@ import pytest
 from agent_memory_client import AsyncMemoryClient, Context, InvalidInputError, MemoryClient
 from agent_memory_client.models import ErrorBody
 from tokenizers import Tokenizer
-
-from agent_memory.embedding import bundled_model_path
 
 SUCCESS = ("200", "201", "202")
 UNAUTHENTICATED = {"/healthz", "/readyz"}
@@ -91,11 +88,8 @@ def test_the_docs_pages_need_no_other_host(serve_app: dict[str, object]) -> None
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer.from_file(str(Path(bundled_model_path()) / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
+def tokenizer(bundled_tokenizer: Tokenizer) -> Tokenizer:
+    return bundled_tokenizer
 
 
 def _log(client: MemoryClient, user: str, session: str, turns: list[tuple[str, str]]) -> None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
 
-from agent_memory.embedding import bundled_model_path
 from agent_memory.errors import InvalidInputError
 from agent_memory.models import MessageRecord
 from agent_memory.service import MemoryService
@@ -54,12 +52,8 @@ def log_session(service: MemoryService, user_id: str, session_id: str, turns: li
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    """The bundled model's tokenizer, loaded here from its file: the counts are checked independently."""
-    tokenizer = Tokenizer.from_file(str(Path(bundled_model_path()) / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
+def tokenizer(bundled_tokenizer: Tokenizer) -> Tokenizer:
+    return bundled_tokenizer
 
 
 def tokens(tokenizer: Tokenizer, text: str) -> int:

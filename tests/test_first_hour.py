@@ -92,11 +92,12 @@ def _at_a_terminal(argv: list[str], env: dict[str, str], *, columns: int = 0, ti
 
 
 def test_make_run_passes_port_on() -> None:
-    ran = subprocess.run(["make", "-n", "run", "PORT=8001"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    # --no-print-directory: under another make (make test) the last line would be "Leaving directory".
+    ran = subprocess.run(["make", "--no-print-directory", "-n", "run", "PORT=8001"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k != "PORT"})
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip().splitlines()[-1].endswith("cli.main serve --load-sample --port 8001")
-    plain = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    plain = subprocess.run(["make", "--no-print-directory", "-n", "run"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={k: v for k, v in os.environ.items() if k != "PORT"})
     assert "--port" not in plain.stdout.strip().splitlines()[-1]
 

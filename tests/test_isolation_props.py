@@ -376,6 +376,10 @@ def _request(method: str, path: str, operation: dict, target: Target) -> dict[st
         "POST /v1/memories": {"user_id": target.user, "id": target.client_id, "content": "probe",
                               "created_at": "2025-01-01T00:00:00Z"},
         "POST /v1/memories/search": {"user_id": target.user, "query": f"{CANARY} victim secret", "min_score": 0},
+        # The session's turns; its recall is the search's, probed above (a second probe's buffered
+        # hits would land in the erasure's access count on one side only, as the flush falls).
+        "POST /v1/context": {"user_id": target.user, "session_id": target.session,
+                             "query": f"{CANARY} victim secret", "top_k": 0},
         "PATCH /v1/memories/{memory_id}": {"importance": 0.9},
         "POST /v1/conversations": {"user_id": target.user, "session_id": target.session, "mode": "raw",
                                    "messages": [{"role": "user", "content": "probe", "message_id": "probe-1"}]},

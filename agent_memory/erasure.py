@@ -83,28 +83,32 @@ def finish_erasure(
     return {"job_id": job_id, **receipt}
 
 
-def unfinished_erasures(service: MemoryService, before: datetime | None = None) -> list[tuple[str, str]]:
+def unfinished_erasures(
+    service: MemoryService, before: datetime | None = None, mine: Callable[[str, str | None], bool] | None = None,
+) -> list[tuple[str, str]]:
     """(org, job id) of every erasure left running, or failed after its rows were deleted, of every
-    org, created before `before`, oldest first. An erasure that failed before its rows were
-    deleted answered an error: it is the caller's to send again, not this one's to finish."""
+    org (of the users `mine(org, user)` accepts, where given: a Writer shard's), created before
+    `before`, oldest first. An erasure that failed before its rows were deleted answered an error:
+    it is the caller's to send again, not this one's to finish."""
     assert service.maintenance is not None
     return [
         (job["org_id"], job["id"]) for job in service.maintenance.jobs_in(ERASURE, ("running", "failed"))
         # Created after `before`: a fresh erasure, whose own purge is on its way.
         if (before is None or job["created_at"] < before)
+        and (mine is None or mine(job["org_id"], job.get("user_id")))
         and (job["state"] == "running" or "rows_deleted" in dict(job["report"] or {}))
     ]
 
 
 def resume_erasures(
     service: MemoryService, settings: Settings, *, in_turn: Callable[[Callable[[], Any]], Any] | None = None,
-    before: datetime | None = None,
+    before: datetime | None = None, mine: Callable[[str, str | None], bool] | None = None,
 ) -> dict[str, list[tuple[str, str]]]:
-    """Finish every erasure left running or failed, oldest first; one that fails again stays
-    failed (with its attempts counted) and the next is tried. {"finished": [(org, job id)...],
-    "failed": [...]}."""
+    """Finish every erasure left running or failed (of the users `mine` accepts), oldest first; one
+    that fails again stays failed (with its attempts counted) and the next is tried.
+    {"finished": [(org, job id)...], "failed": [...]}."""
     done: dict[str, list[tuple[str, str]]] = {"finished": [], "failed": []}
-    for org_id, job_id in unfinished_erasures(service, before):
+    for org_id, job_id in unfinished_erasures(service, before, mine):
         try:
             finish_erasure(service, settings, org_id, job_id, in_turn=in_turn)
             done["finished"].append((org_id, job_id))

@@ -214,11 +214,17 @@ class ServingSettings(Group):
     config: Path | None = env("serve_config", None,
                               description="A Serve config YAML; default `cluster/serve_config.yaml` when present.")
     recall_threads: int = Field(8, ge=1, le=64, description="Concurrent recalls per ingress replica.")
+    proxy_location: Literal["HeadOnly", "EveryNode"] | None = Field(
+        None, description="Where Serve's HTTP proxy runs (default: the Serve config's, else EveryNode); "
+                          "HeadOnly where several nodes share one host and so one port.")
 
 
 class WriterSettings(Group):
     """The Writer deployment: write batching, and its upkeep of the store."""
 
+    shards: int = env("writer_shards", 1, ge=1, le=64,
+                      description="Writer shards: each user's changes go to one, by a hash of (org, user). "
+                                  "Changing it moves users between shards (docs/scaling.md).")
     window_ms: float = env("write_window_ms", 5.0, ge=0, description="How long a write waits for others to share its commit.")
     max_rows: int = env("write_max_rows", 512, ge=1, description="Rows of one commit.")
     optimize_every: int = env("writer_optimize_every", 100, ge=1, description="Commits between full compactions.")

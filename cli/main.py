@@ -419,7 +419,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env(local=not args.address)}}
     ensure_ray(args.address, runtime_env=env)
     ask_stop()  # again: starting Ray put its own handlers, which end the process at once
-    serve.start(http_options=http)
+    serve.start(proxy_location=settings.serving.proxy_location or config.get("proxy_location", "EveryNode"),
+                http_options=http)
     serve.run(build(settings, config), name="agent-memory", route_prefix="/")
     url = f"http://{http['host']}:{http['port']}"
     print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)\n")

@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -284,15 +284,18 @@ def pending_jobs(settings: Settings) -> list[JobRecord]:
     return sorted(jobs, key=lambda j: (j.created_at, j.id))
 
 
-def resume_pending_jobs(settings: Settings) -> list[str]:
-    """Queue again every conversation job a previous replica left unfinished; return their ids.
+def resume_pending_jobs(settings: Settings, mine: Callable[[str, str | None], bool] | None = None) -> list[str]:
+    """Queue again every conversation job a previous replica left unfinished (of the users `mine(org,
+    user)` accepts, where given: a Writer shard's); return their ids.
 
-    The Serve app calls this once at start-up. Jobs are resubmitted oldest first, so each user's
-    jobs keep their order; the queue limit does not apply to them (they were accepted before).
+    Each Writer shard calls this once at start-up. Jobs are resubmitted oldest first, so each
+    user's jobs keep their order; the queue limit does not apply to them (they were accepted before).
     """
     ids = []
     sched = scheduler(settings)
     for job in pending_jobs(settings):
+        if mine is not None and not mine(job.org_id, job.user_id):
+            continue
         if ask(sched.submit.remote(job, True)) == "queued":
             ids.append(job.id)
     return ids

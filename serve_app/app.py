@@ -3,7 +3,8 @@
     HTTP --HAProxy (or Serve's proxy)--> ingress replica                  (serve_app.ingress)
     ingress --search--> recall in the replica; queries embedded there with continuous batching
                         on CPU, by the Embedder where it holds a GPU       (serve_app.embedder)
-    ingress --writes--> Writer --embed_many--> Embedder   (coalesced commits, in order; serve_app.writer)
+    ingress --writes--> Writer shard of (org, user) --embed_many--> Embedder
+                        (coalesced commits, each user's in order; serve_app.writer, serve_app.shards)
     ingress --reads---> store (list, get, history, sessions, jobs)
     Scheduler --> consolidation on the cluster, on its schedule             (serve_app.scheduler)
 
@@ -23,6 +24,7 @@ from serve_app.config import deployment_options
 from serve_app.embedder import EmbedderDeployment
 from serve_app.ingress import ingress_class
 from serve_app.scheduler import SchedulerDeployment
+from serve_app.shards import shard_name
 from serve_app.writer import WriterDeployment
 
 if TYPE_CHECKING:
@@ -46,7 +48,8 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
         return serve.deployment(name=name)(cls).options(**options[name])
 
     embedder = deployment("Embedder", EmbedderDeployment).bind(settings)
-    writer = deployment("Writer", WriterDeployment).bind(settings, embedder)
+    writers = [deployment(shard_name(i), WriterDeployment).bind(settings, embedder, i)
+               for i in range(settings.writer.shards)]
     scheduler = deployment("Scheduler", SchedulerDeployment).bind(settings)
     mode = settings.embedding.query_path
     local = mode == "local" or (mode == "auto" and not options["Embedder"]["ray_actor_options"].get("num_gpus"))
@@ -54,7 +57,7 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
         log.warning("query_embedding_precision int8 applies to queries embedded in the ingress; "
                     "they go to the Embedder deployment here and stay exact")
     ingress = deployment("Ingress", ingress_class())
-    return ingress.bind(settings, writer, embedder, scheduler, local_queries=local)
+    return ingress.bind(settings, writers, embedder, scheduler, local_queries=local)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

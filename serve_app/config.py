@@ -12,6 +12,7 @@ import yaml
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
+from serve_app.shards import PRIMARY, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ SERVE_ENV = {
 _OPTION_KEYS = {
     "num_replicas", "autoscaling_config", "max_ongoing_requests", "ray_actor_options", "user_config",
     "graceful_shutdown_timeout_s", "health_check_period_s", "health_check_timeout_s", "max_queued_requests",
-    "logging_config",
+    "logging_config", "max_replicas_per_node",
 }
 
 
@@ -59,13 +60,15 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
     config = load_config(settings.serving.config) if config is None else config
     apps = config.get("applications") or [{}]
     declared = {d["name"]: d for d in apps[0].get("deployments", []) if "name" in d}
-    for name in sorted(set(declared) - set(DEPLOYMENTS)):
+    shards = [shard_name(i) for i in range(settings.writer.shards)]
+    for name in sorted(set(declared) - set(DEPLOYMENTS) - set(shards)):
         # e.g. `Recall` from an older config: search now runs in the ingress replicas.
         log.warning("the Serve config names a deployment %r that this application does not have", name)
     env = (apps[0].get("runtime_env") or {}).get("env_vars") or {"HF_HUB_OFFLINE": "1"}
     options: dict[str, dict[str, Any]] = {}
-    for name in DEPLOYMENTS:
-        opts = {k: v for k, v in declared.get(name, {}).items() if k in _OPTION_KEYS}
+    for name in (*DEPLOYMENTS, *shards[1:]):
+        # A shard the config does not name takes the `Writer` entry's options.
+        opts = {k: v for k, v in declared.get(name, declared.get(PRIMARY, {})).items() if k in _OPTION_KEYS}
         if "logging_config" in apps[0]:
             opts.setdefault("logging_config", apps[0]["logging_config"])
         actor = dict(opts.get("ray_actor_options") or {"num_cpus": 0 if name == "Scheduler" else 0.25})
@@ -75,6 +78,12 @@ def deployment_options(settings: Settings, config: dict[str, Any] | None = None)
         opts["ray_actor_options"] = actor
         if "num_replicas" not in opts and "autoscaling_config" not in opts:
             opts["num_replicas"] = 1
+        if name in shards and (opts.get("num_replicas") != 1 or "autoscaling_config" in opts):
+            # Two replicas of one shard would commit the same users' writes out of order.
+            raise InvalidInputError(
+                f"the Serve config gives {name} more than one replica; a Writer shard has exactly one "
+                "(num_replicas: 1): scale writes with AGENT_MEMORY_WRITER_SHARDS (docs/scaling.md)"
+            )
         options[name] = opts
     return options
 

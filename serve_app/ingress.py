@@ -59,6 +59,7 @@ from serve_app.schemas import (
     dump,
     errors,
 )
+from serve_app.shards import WriterShards
 from storage import open_store
 from storage.connect import open_service
 
@@ -115,11 +116,12 @@ class IngressDeployment:
     `app.build` makes it the `Ingress` deployment, serving `app`."""
 
     async def __init__(
-        self, settings: Settings, writer: "DeploymentHandle", embedder: "DeploymentHandle", scheduler: "DeploymentHandle",
-        *, local_queries: bool = False,
+        self, settings: Settings, writers: "list[DeploymentHandle]", embedder: "DeploymentHandle",
+        scheduler: "DeploymentHandle", *, local_queries: bool = False,
     ) -> None:
         self._settings = settings
-        self._writer, self._embedder, self._scheduler = writer, embedder, scheduler
+        # Each user's changes go to one Writer shard (serve_app.shards).
+        self._writers, self._embedder, self._scheduler = WriterShards(writers), embedder, scheduler
         info = await embedder.info.remote()
         self._store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
         # Reads only (get, list, history, sessions); changes go through the Writer, in order.
@@ -178,7 +180,8 @@ class IngressDeployment:
             except Exception as exc:
                 checks["query_embedder"] = f"unavailable: {type(exc).__name__}"
         try:
-            await asyncio.wait_for(self._writer.ping.remote(), self._settings.embedding.timeout_s)
+            await asyncio.wait_for(asyncio.gather(*(w.ping.remote() for w in self._writers.handles)),
+                                   self._settings.embedding.timeout_s)
             checks["writer"] = "ok"
         except Exception as exc:
             checks["writer"] = f"unavailable: {type(unwrap_remote(exc)).__name__}"
@@ -210,7 +213,7 @@ class IngressDeployment:
             # A team's searches return what carries its id: a key kept to some teams adds to those
             # only, and only memories it may change afterwards (never one of no team).
             caller.require_team(item.get("team_id"))
-        result = await self._writer.add.remote(caller.org_id, items, idempotency_key, caller.key_id)
+        result = await self._writers.add(caller.org_id, items, idempotency_key, caller.key_id)
         return {"ids": result["ids"]}
 
     @app.post("/v1/memories/search", tags=["memories"], response_model=SearchResult, responses=errors(body=True))
@@ -284,7 +287,9 @@ class IngressDeployment:
         caller.require("writer")
         scope = Scope.user(caller.org_id, user_id)
         await self._require_changeable(caller, scope, memory_id)
-        return await self._writer.run.remote(caller.org_id, "update", scope, memory_id, dump(body), actor=caller.key_id)
+        return await self._writers.of(caller.org_id, user_id).run.remote(
+            caller.org_id, "update", scope, memory_id, dump(body), actor=caller.key_id
+        )
 
     @app.delete("/v1/memories/{memory_id}", tags=["memories"], response_model=Deleted, responses=errors(404))
     async def delete_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
@@ -292,7 +297,9 @@ class IngressDeployment:
         caller.require("writer")
         scope = Scope.user(caller.org_id, user_id)
         await self._require_changeable(caller, scope, memory_id)
-        await self._writer.run.remote(caller.org_id, "delete", scope, memory_id, actor=caller.key_id)
+        await self._writers.of(caller.org_id, user_id).run.remote(
+            caller.org_id, "delete", scope, memory_id, actor=caller.key_id
+        )
         return {"deleted": memory_id}
 
     @app.post("/v1/memories/{memory_id}/restore", tags=["memories"], response_model=Memory,
@@ -304,7 +311,9 @@ class IngressDeployment:
         caller.require("writer")
         scope = Scope.user(caller.org_id, user_id)
         await self._require_changeable(caller, scope, memory_id)
-        return await self._writer.run.remote(caller.org_id, "restore", scope, memory_id, actor=caller.key_id)
+        return await self._writers.of(caller.org_id, user_id).run.remote(
+            caller.org_id, "restore", scope, memory_id, actor=caller.key_id
+        )
 
     @app.get("/v1/memories/{memory_id}/history", tags=["memories"], response_model=MemoryHistory,
              responses=errors(404))
@@ -334,7 +343,7 @@ class IngressDeployment:
         caller.require("admin")
         caller.require_every_team("erasing a user")
         check_identifier("user_id", user_id)
-        started = await self._writer.erase_user.remote(caller.org_id, user_id, caller.key_id)
+        started = await self._writers.of(caller.org_id, user_id).erase_user.remote(caller.org_id, user_id, caller.key_id)
         self._recaller.forget_summaries(caller.org_id, user_id)
         return {"erased": started["rows_deleted"], "job_id": started["job_id"]}
 
@@ -370,7 +379,7 @@ class IngressDeployment:
         # makes carries no team.
         caller.require_every_team("learning from a conversation")
         messages = [dump(m) for m in body.messages]
-        job_id = await self._writer.log_conversation.remote(
+        job_id = await self._writers.of(caller.org_id, body.user_id).log_conversation.remote(
             caller.org_id, body.user_id, body.session_id, body.agent_id, messages, body.mode, caller.key_id
         )
         return {"job_id": job_id}
@@ -399,7 +408,7 @@ class IngressDeployment:
         caller.require("admin")
         caller.require_every_team("an import")  # its rows may name any team
         path = resolve_import_path(body.path, self._settings.imports.root)
-        await self._writer.check_room.remote(caller.org_id)  # an org at its memory quota imports nothing
+        await self._writers.any.check_room.remote(caller.org_id)  # an org at its memory quota imports nothing
         job_id = await self._read(lambda: submit_import(
             self._settings, path=path, fmt=body.format, mode=body.mode, org_id=caller.org_id, user_id=body.user_id,
             store=self._store, actor=caller.key_id,

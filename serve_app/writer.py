@@ -14,6 +14,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,9 +29,12 @@ from agent_memory.settings import Settings
 from jobs.conversations import resume_pending_jobs, submit_conversation
 from serve_app import metrics
 from serve_app.embedder import RemoteEmbedder
+from serve_app.errors import unwrap_remote
 from serve_app.limits import OrgQuota
+from serve_app.shards import shard_name, shard_of
 from storage import open_store
 from storage.connect import open_service
+from storage.leases import Leases
 from storage.maintenance import PURGE_SETTLE_S
 from storage.tables import CommitRetries
 
@@ -100,6 +104,118 @@ class FullOptimizeSchedule:
         return True
 
 
+class UpkeepLease:
+    """Whether this Writer keeps the store now (folds, indexes, full compactions): with several
+    shards, the one holding the `writer-upkeep` lease; with one, always.
+
+    The lease (storage.leases, on the jobs table) is taken or renewed at most every `ttl_s / 3`
+    and expires after `ttl_s`, so a shard that died hands the upkeep to another within a minute.
+    """
+
+    NAME = "writer-upkeep"
+
+    def __init__(self, leases: Leases, owner: str, *, shared: bool, ttl_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._leases, self._owner, self._shared = leases, owner, shared
+        self._ttl = timedelta(seconds=ttl_s)
+        self._clock = clock
+        self._checked = -math.inf
+        self._held = not shared
+
+    def held(self) -> bool:
+        if not self._shared:
+            return True
+        now = self._clock()
+        if now - self._checked >= self._ttl.total_seconds() / 3:
+            self._checked = now
+            try:
+                self._held = self._leases.acquire(self.NAME, self._owner, self._ttl, utcnow())
+            except Exception as exc:  # noqa: BLE001 - storage hiccup: not the holder until the next try
+                log.warning("could not take or renew the upkeep lease: %s", exc)
+                self._held = False
+        return self._held
+
+    def release(self) -> None:
+        if self._shared and self._held:
+            try:
+                self._leases.release(self.NAME, self._owner, self._ttl, utcnow())
+            except Exception:  # noqa: BLE001 - it expires on its own
+                log.warning("could not release the upkeep lease; it expires in %s", self._ttl)
+            self._held = False
+
+
+class QuotaRoute:
+    """Where an org's memory quota is kept. With one Writer, here; with several shards, by one
+    shard per org (its `keeper`), which every shard asks before it admits a write and tells what
+    its commit created: the cap then holds across shards as it does for one Writer (OrgQuota).
+    Orgs without a quota cost no extra call."""
+
+    def __init__(self, local: OrgQuota, shard: int, shards: int) -> None:
+        self.local, self._shard, self._shards = local, shard, shards
+        self._handles: dict[int, DeploymentHandle] = {}
+        self._settling: set[asyncio.Task[Any]] = set()
+
+    def _remote(self, org_id: str) -> DeploymentHandle | None:
+        """The keeper's handle, or None where this shard keeps the org's quota (or it has none)."""
+        keeper = shard_of(org_id, QUOTA_KEY, self._shards)
+        if keeper == self._shard or not self.local.limit_of(org_id):
+            return None
+        if keeper not in self._handles:
+            from ray import serve
+
+            app = serve.get_replica_context().app_name
+            self._handles[keeper] = serve.get_deployment_handle(shard_name(keeper), app_name=app)
+        return self._handles[keeper]
+
+    async def admit(self, org_id: str, ids: list[str]) -> int:
+        remote = self._remote(org_id)
+        if remote is None:
+            return await self.local.admit(org_id, ids)
+        return await _unwrapped(remote.quota_admit.remote(org_id, ids))
+
+    async def reserve(self, org_id: str, rows: int) -> int:
+        remote = self._remote(org_id)
+        if remote is None:
+            return await self.local.reserve(org_id, rows)
+        return await _unwrapped(remote.quota_reserve.remote(org_id, rows))
+
+    async def check_room(self, org_id: str) -> None:
+        remote = self._remote(org_id)
+        if remote is None:
+            await self.local.check_room(org_id)
+        else:
+            await _unwrapped(remote.check_room.remote(org_id))
+
+    def settle(self, org_id: str, held: int, created: int) -> None:
+        """After a commit (called from its future's callback, on the replica's loop)."""
+        remote = self._remote(org_id)
+        if remote is None:
+            self.local.settle(org_id, held, created)
+        elif held or created:
+            task = asyncio.get_running_loop().create_task(self._settle_remote(remote, org_id, held, created))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+
+    @staticmethod
+    async def _settle_remote(remote: DeploymentHandle, org_id: str, held: int, created: int) -> None:
+        try:
+            await remote.quota_settle.remote(org_id, held, created)
+        except Exception as exc:  # noqa: BLE001 - the keeper restarted: it counts the org afresh
+            log.warning("could not settle org %s's quota on its keeper shard: %s", org_id, exc)
+
+
+# What an org's quota keeper is chosen by: shard_of(org, QUOTA_KEY), a name no user id can take.
+QUOTA_KEY = "\x00quota"
+
+
+async def _unwrapped(response: Any) -> Any:
+    """A shard's answer, its error as the shard raised it (Ray wraps errors of remote calls)."""
+    try:
+        return await response
+    except Exception as exc:
+        raise unwrap_remote(exc) from None
+
+
 class WriterDeployment:
     """All changes go through here, in arrival order; concurrent writes share one commit
     (`app.build` makes it the `Writer` deployment).
@@ -112,8 +228,9 @@ class WriterDeployment:
     same queue, so the writes of one user are applied in the order they arrive.
     """
 
-    async def __init__(self, settings: Settings, embedder: DeploymentHandle) -> None:
+    async def __init__(self, settings: Settings, embedder: DeploymentHandle, shard: int = 0) -> None:
         self._settings = settings
+        self._shard, self._shards = shard, settings.writer.shards
         info = await embedder.info.remote()
         store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
         remote = RemoteEmbedder(
@@ -123,11 +240,11 @@ class WriterDeployment:
         self._service = open_service(settings, embedder=remote, store=store, with_maintenance=True)
         # Every API write passes through here, so the per-org quota is kept here (serve_app.limits).
         limits = settings.limits
-        self._quota = OrgQuota(
+        self._quota = QuotaRoute(OrgQuota(
             limits.quota_memories_per_org, limits.quota_memories_by_org, refresh_s=limits.quota_refresh_seconds,
             count=lambda org_id: store.count_active(OrgScope(org_id)),
             existing=lambda org_id, ids: len(store.origin_hashes(OrgScope(org_id), ids)),
-        )
+        ), shard, self._shards)
         # One thread: commits happen one after another, in queue order.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit")
         self._loop = asyncio.get_running_loop()
@@ -144,6 +261,9 @@ class WriterDeployment:
             settings.writer.optimize_min_seconds if settings.writer.upkeep_seconds > 0 else 0.0,
         )
         self._concurrent = True
+        self._upkeep_lease = UpkeepLease(
+            self._service.maintenance.leases, f"{shard_name(shard)}:{uuid.uuid4().hex[:8]}", shared=self._shards > 1
+        )
         self._maintenance = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize")
         self._optimizing = threading.Lock()
         self._stopping = threading.Event()
@@ -227,7 +347,7 @@ class WriterDeployment:
         self._commits_since_fold += 1
         if self._commits_since_fold >= self._settings.writer.fold_commits:
             self._fold_due.set()  # the upkeep folds the new fragments now rather than at its next tick
-        if self._full_passes.commit(busy=self._optimizing.locked()):
+        if self._full_passes.commit(busy=self._optimizing.locked()) and self._upkeep_lease.held():
             # The upkeep keeps new fragments folded, and the scalar indexes updated once enough
             # rows pile up; this full pass compacts what the folds left, brings every index (the
             # full-text one too) up to date and drops old versions. It takes a second or more, so
@@ -255,8 +375,10 @@ class WriterDeployment:
             self._fold_due.wait(self._settings.writer.upkeep_seconds)
             self._fold_due.clear()
             self._commits_since_fold = 0
-            if self._stopping.is_set() or not self._optimizing.acquire(blocking=False):
-                continue  # stopping, or a compaction or an erasure is running
+            if self._stopping.is_set() or not self._upkeep_lease.held():
+                continue  # stopping, or another shard keeps the store
+            if not self._optimizing.acquire(blocking=False):
+                continue  # a compaction or an erasure is running
             try:
                 versions = [maintenance.table(name).version for name in tables]
                 if versions != seen:
@@ -308,16 +430,24 @@ class WriterDeployment:
     def __del__(self) -> None:
         self._stopping.set()
         self._fold_due.set()
+        if hasattr(self, "_upkeep_lease"):
+            self._upkeep_lease.release()
+
+    def _mine(self, org_id: str, user_id: str | None) -> bool:
+        """Whether a user's changes come to this shard (what it resumes after a restart)."""
+        return shard_of(org_id, user_id or "", self._shards) == self._shard
 
     async def add(self, org_id: str, memories: list[dict[str, Any]], idempotency_key: str | None,
-                  actor: str) -> dict[str, Any]:
+                  actor: str, positions: list[int] | None = None) -> dict[str, Any]:
         """Validate and redact now, within the org's quota; commit with whatever else arrives in the
         same window (each write's events name its own `actor`). Over the quota nothing is queued and
-        `quota_exceeded` is raised."""
+        `quota_exceeded` is raised. `positions`: where each memory stood in the request, when this
+        shard takes part of it (the ids an idempotency key derives depend on them)."""
         items = [parse_input(NewMemory, m) for m in memories]
+        positions = list(range(len(items))) if positions is None else positions
         records = [
-            self._service.prepare(org_id, item, idempotency_key=idempotency_key, position=i)
-            for i, item in enumerate(items)
+            self._service.prepare(org_id, item, idempotency_key=idempotency_key, position=position)
+            for item, position in zip(items, positions, strict=True)
         ]
         held = await self._quota.admit(org_id, [r.id for r in records])
         future: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
@@ -329,6 +459,17 @@ class WriterDeployment:
     async def check_room(self, org_id: str) -> None:
         """Raise `quota_exceeded` if the org is at its memory quota (before an import starts)."""
         await self._quota.check_room(org_id)
+
+    # The org quotas this shard keeps for every shard (QuotaRoute).
+
+    async def quota_admit(self, org_id: str, ids: list[str]) -> int:
+        return await self._quota.local.admit(org_id, ids)
+
+    async def quota_reserve(self, org_id: str, rows: int) -> int:
+        return await self._quota.local.reserve(org_id, rows)
+
+    async def quota_settle(self, org_id: str, held: int, created: int) -> None:
+        self._quota.local.settle(org_id, held, created)
 
     async def run(self, org_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run a service change (update, delete, restore, erase_user) in its turn."""
@@ -383,14 +524,15 @@ class WriterDeployment:
         """Finish conversation jobs and erasures accepted before a restart (state lives in the jobs table)."""
         self._maintenance.submit(self._resume_erasures)
         try:
-            await asyncio.get_running_loop().run_in_executor(None, resume_pending_jobs, self._settings)
+            await asyncio.get_running_loop().run_in_executor(None, resume_pending_jobs, self._settings, self._mine)
         except Exception:
             log.exception("could not resume unfinished conversation jobs")
 
     def _resume_erasures(self) -> None:
         with self._optimizing:
             try:
-                outcome = resume_erasures(self._service, self._settings, in_turn=self._in_turn, before=self._started)
+                outcome = resume_erasures(self._service, self._settings, in_turn=self._in_turn, before=self._started,
+                                          mine=self._mine)
             except Exception:
                 log.exception("could not look for unfinished erasures")
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -15,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from agent_memory.embedding import Embedder, SentenceTransformerEmbedder  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
+from serve_app.shards import shard_of  # noqa: E402
 from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
 
@@ -109,7 +111,16 @@ API_KEYS = {
 
 
 # A memory quota for an org that only tests/test_serve_keys.py writes to.
-QUOTAS = {"quota-org": 3}
+QUOTAS = {"quota-org": 3, "quota-shards": 3}
+
+
+def users_on_each_shard(org_id: str, shards: int, tag: str = "") -> list[str]:
+    """One fresh user id per shard, in shard order."""
+    found: dict[int, str] = {}
+    while len(found) < shards:
+        user = f"user-{tag}{uuid.uuid4().hex[:8]}"
+        found.setdefault(shard_of(org_id, user, shards), user)
+    return [found[i] for i in range(shards)]
 
 
 def _free_port() -> int:
@@ -128,6 +139,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
     from ray import serve
 
     from serve_app.app import build
+    from serve_app.config import load_config
 
     root = tmp_path_factory.mktemp("serve")
     keys_file = root / "keys.json"
@@ -138,11 +150,19 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
         storage_uri=str(root / "lancedb"), api_keys_file=keys_file, max_body_bytes=200_000,
         import_root=str(root / "imports"), quota_memories_by_org=QUOTAS,
         # An erasure's purge waits for one flush of the recall hits: keep it short here.
-        access_flush_seconds=2.0, _env_file=None,
+        access_flush_seconds=2.0,
+        # Two Writer shards: every HTTP test writes through them (tests/test_writer_shards.py).
+        writer_shards=2, _env_file=None,
     )
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build(settings), name="agent-memory", route_prefix="/")
+    # The shipped Serve config, with the two shards reserving the one Writer's 0.1 CPU between
+    # them: extraction workers and consolidation then fit beside them on the two CPUs, as before.
+    config = load_config(None)
+    for deployment in config["applications"][0]["deployments"]:
+        if deployment["name"] == "Writer":
+            deployment["ray_actor_options"] = {**deployment.get("ray_actor_options", {}), "num_cpus": 0.05}
+    serve.run(build(settings, config), name="agent-memory", route_prefix="/")
     yield {"url": f"http://127.0.0.1:{port}", "settings": settings}
     import ray
 

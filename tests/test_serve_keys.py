@@ -22,7 +22,7 @@ from agent_memory.models import OrgScope, Scope, utcnow
 from cli.main import main
 from serve_app.limits import running_replicas
 from storage import LanceStore
-from tests.conftest import QUOTAS
+from tests.conftest import QUOTAS, users_on_each_shard
 
 RELOADED_WITHIN_S = 10.0
 
@@ -233,7 +233,7 @@ def test_a_keys_own_rate_limit_answers_429_with_retry_after(api, keys_file: Path
 
 
 def test_the_org_quota_refuses_writes_whole_and_loses_nothing(api, serve_app, keys_file: Path, capsys) -> None:
-    (org, quota), = QUOTAS.items()
+    org, quota = "quota-org", QUOTAS["quota-org"]
     made = _issue(capsys, keys_file, "--org", org, "--role", "admin", "--name", "quota-writer")
     client, user = api(made["key"]), _user()
 
@@ -271,6 +271,27 @@ def test_the_org_quota_refuses_writes_whole_and_loses_nothing(api, serve_app, ke
     _forbidden(refused, "quota_exceeded")
     assert client.get(f"/v1/memories/{row.id}", params={"user_id": user}).json()["status"] == "superseded"
     _revoke(capsys, keys_file, "quota-writer")
+
+
+def test_the_org_quota_holds_across_writer_shards(api, serve_app, keys_file: Path, capsys) -> None:
+    """One shard keeps each org's count, which every shard asks before it admits a write."""
+    org, quota = "quota-shards", QUOTAS["quota-shards"]
+    shards = serve_app["settings"].writer.shards  # type: ignore[attr-defined]
+    first, second = users_on_each_shard(org, shards)[:2]
+    made = _issue(capsys, keys_file, "--org", org, "--role", "writer", "--name", "shards-writer")
+    client = api(made["key"])
+
+    def write(user: str, *contents: str) -> httpx.Response:
+        return client.post("/v1/memories", json={"memories": [{"user_id": user, "content": c} for c in contents]})
+
+    assert _until(201, lambda: write(first, "Likes tea", "Lives in Lyon")).status_code == 201
+    _forbidden(write(second, "Has a cat", "Plays chess"), "quota_exceeded")  # on the other shard
+    assert write(second, "Has a cat").status_code == 201
+    _forbidden(write(first, "Plays chess"), "quota_exceeded")
+    _forbidden(write(second, "Plays chess"), "quota_exceeded")
+    held = [m for user in (first, second) for m in client.get("/v1/memories", params={"user_id": user}).json()["memories"]]
+    assert len(held) == quota
+    _revoke(capsys, keys_file, "shards-writer")
 
 
 def test_the_replica_count_comes_from_serves_own_view(serve_app: dict[str, object]) -> None:

@@ -89,12 +89,14 @@ def test_concurrent_writes_are_stored_exactly_once(serve_app) -> None:
     assert sum(stored.values()) == len(set(acked))
 
 
-def test_writer_killed_mid_load_loses_and_duplicates_nothing(serve_app) -> None:
+def test_a_writer_shard_killed_mid_load_loses_and_duplicates_nothing(serve_app) -> None:
+    """One of the two shards is killed; its users' writes wait for its replacement, the other
+    shard's go on, and every write is acknowledged once, stored once."""
     def kill_writer() -> None:
         time.sleep(3)
         actors = ray._private.state.actors()
-        names = [a["Name"] for a in actors.values() if "Writer" in a.get("Name", "") and a["State"] == "ALIVE"]
-        assert names, "no live writer replica found"
+        names = [a["Name"] for a in actors.values() if "#Writer-1#" in a.get("Name", "") and a["State"] == "ALIVE"]
+        assert names, "no live replica of the shard Writer-1 found"
         for name in names:
             ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
 

@@ -120,11 +120,13 @@ class AccessLog:
         report = job["report"]
         if not report["ids"]:
             return 0
+        # `id` is the table's primary key: Lance refuses a merge whose key column may be null.
         changes = pa.table({
             "id": pa.array(report["ids"], pa.string()),
             "access_count": pa.array(report["access_count"], pa.int64()),
             "last_accessed_at": pa.array(report["last_accessed_at_us"], pa.int64()).cast(sc.TIMESTAMP),
-        })
+        }, schema=pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("access_count", pa.int64()),
+                             pa.field("last_accessed_at", sc.TIMESTAMP)]))
         # Matched rows only, and only these two columns: a row deleted since is not brought
         # back, and one merged or expired since keeps its status.
         memories = self.tables.table(sc.MEMORIES)

@@ -41,9 +41,8 @@ class MemoryRows:
         does, for its idempotency check), so they are not looked up again. The insert stays
         insert-if-absent (a `merge_insert`): a writer that stored one of them between that
         lookup and this commit wins, this merge inserts fewer rows, and those are found in the
-        version before this commit. (Two commits at the very same moment are not caught: Lance
-        detects no conflict between two inserts of one key unless the schema declares it a
-        primary key. API writes are applied by one Writer, in order, retries included.)
+        version before this commit. Two commits at the very same moment conflict on the id, the
+        table's primary key, and Lance plans the later merge again (see `Tables.insert_absent`).
         """
         check_within(scope, records, "record")
         ids = [r.id for r in records]

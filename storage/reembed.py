@@ -27,7 +27,7 @@ def staging_schema(dim: int, model: str) -> pa.Schema:
     """New vectors keyed by memory id, with the text they were computed from."""
     return pa.schema(
         [
-            pa.field("id", pa.string(), nullable=False),
+            pa.field("id", pa.string(), nullable=False, metadata=sc.PRIMARY_KEY),
             pa.field("index_text", pa.string(), nullable=False),
             pa.field("oov", pa.float32(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim)),

@@ -31,13 +31,17 @@ INDEX_FORMAT_KEY = b"index_format"
 INDEX_FORMAT = 2
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+# The `id` of every table is declared its primary key (Lance enforces nothing with it): two
+# processes that insert the same new id at once then conflict, and Lance plans the later merge
+# again, which finds the row (see `storage.tables.Tables.insert_absent`).
+PRIMARY_KEY = {b"lance-schema:unenforced-primary-key": b"true"}
 
 
 def memories_schema(dim: int, model: str) -> pa.Schema:
     """The `memories` table; the embedding model and dimension are recorded in its metadata."""
     return pa.schema(
         [
-            pa.field("id", pa.string(), nullable=False),
+            pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
             pa.field("org_id", pa.string(), nullable=False),
             pa.field("team_id", pa.string()),
             pa.field("user_id", pa.string(), nullable=False),
@@ -71,7 +75,7 @@ def memories_schema(dim: int, model: str) -> pa.Schema:
 
 MESSAGES_SCHEMA = pa.schema(
     [
-        pa.field("id", pa.string(), nullable=False),
+        pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
         pa.field("org_id", pa.string(), nullable=False),
         pa.field("user_id", pa.string(), nullable=False),
         pa.field("agent_id", pa.string()),
@@ -87,7 +91,7 @@ MESSAGES_SCHEMA = pa.schema(
 
 EVENTS_SCHEMA = pa.schema(
     [
-        pa.field("id", pa.string(), nullable=False),
+        pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
         pa.field("org_id", pa.string(), nullable=False),
         pa.field("user_id", pa.string(), nullable=False),
         pa.field("memory_id", pa.string()),
@@ -101,7 +105,7 @@ EVENTS_SCHEMA = pa.schema(
 
 JOBS_SCHEMA = pa.schema(
     [
-        pa.field("id", pa.string(), nullable=False),
+        pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
         pa.field("org_id", pa.string(), nullable=False),
         pa.field("user_id", pa.string()),
         pa.field("kind", pa.string(), nullable=False),
@@ -117,7 +121,7 @@ JOBS_SCHEMA = pa.schema(
 
 VERDICTS_SCHEMA = pa.schema(
     [
-        pa.field("id", pa.string(), nullable=False),
+        pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
         pa.field("org_id", pa.string(), nullable=False),
         pa.field("user_id", pa.string(), nullable=False),
         pa.field("judge", pa.string(), nullable=False),

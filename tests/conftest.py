@@ -200,3 +200,12 @@ def bundled_tokenizer():  # type: ignore[no-untyped-def]
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """A real S3-compatible server (moto) on loopback, with the bucket `agent-memory`, for the session."""
+    from loopback.s3_server import S3Server
+
+    with S3Server() as server:
+        yield server

@@ -537,6 +537,16 @@ def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+ADDRESS_HELP = ("the Ray cluster to join (`host:port`, `auto` for the one `ray start` last started here); "
+                "default: RAY_ADDRESS, else a Ray of this command's own")
+
+
+def ray_address() -> str | None:
+    """`--address`'s default: RAY_ADDRESS where set. Without either, a command starts a Ray of its own
+    and never joins a cluster it was not told about."""
+    return os.environ.get("RAY_ADDRESS") or None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="agent-memory", description="Long-term memory for LLM agents.")
@@ -545,11 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     def data_command(name: str, help_text: str, org_help: str = "tenant (default: default)") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--org-id", default="default", help=org_help)
-        p.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
+        p.add_argument("--address", default=ray_address(), help=ADDRESS_HELP)
         p.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
         return p
 
-    p = data_command("serve", "start local Ray and the Serve app (HTTP API)")
+    p = data_command("serve", "start a Ray of its own (or join --address) and the Serve app (HTTP API)")
     p.add_argument("--host", default=None, help="default: AGENT_MEMORY_HOST, else the Serve config's, else 127.0.0.1")
     p.add_argument("--port", type=int, default=None, help="default: AGENT_MEMORY_PORT, else the Serve config's, else 8000")
     p.add_argument("--config", default=None, help="Serve config YAML (default: cluster/serve_config.yaml)")
@@ -658,7 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
         j = jobs_sub.add_parser(name, help=help_text)
         j.add_argument("job_id")
         j.add_argument("--org-id", default="default", help="tenant (default: default)")
-        j.add_argument("--address", default=None, help="Ray cluster address (default: run locally)")
+        j.add_argument("--address", default=ray_address(), help=ADDRESS_HELP)
         j.add_argument("--storage-uri", default=None, help="overrides AGENT_MEMORY_STORAGE_URI")
         if name == "retry":
             j.add_argument("--force", action="store_true", help="re-run even if the job did not fail")

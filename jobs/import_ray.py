@@ -30,7 +30,16 @@ from jobs.import_rows import (
     validate_batch,
 )
 from jobs.import_write import ImportWriter, Progress, record_rejects
-from jobs.runtime import EmbedMemories, embed_cpus, embed_pool, ensure_ray, in_chunks
+from jobs.runtime import (
+    EmbedMemories,
+    check_shuffle_fits,
+    embed_cpus,
+    embed_pool,
+    ensure_ray,
+    in_chunks,
+    repartitioned,
+    task_cpus,
+)
 
 # Rows per validation task: enough to amortise a task, small enough to use every core.
 VALIDATE_BATCH_ROWS = 4_096
@@ -63,16 +72,22 @@ def _pipeline(settings: Settings, options: ImportOptions, result: ImportResult, 
     if filesystem is None and not Path(options.path.removeprefix("file://")).exists():
         raise InvalidInputError(f"no such file: {options.path}")
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    # Every stage says what it reserves: Ray Data's default, a whole CPU per task, may be more
+    # than any node has free beside Serve, and such a task would wait forever.
+    light = task_cpus()
+    if options.mode == "raw":
+        check_shuffle_fits()  # before anything is read
     block_rows = VALIDATE_BATCH_ROWS
     if kind in EXPORT_FORMATS:
         block_rows = EXPORT_BLOCK_CONVERSATIONS  # a conversation is a row, of many turns
         read = ray.data.from_items([{"path": options.path}]).map_batches(
             read_export_rows, fn_kwargs={"kind": kind, "settings": settings, "user_id": options.user_id},
-            batch_size=1, batch_format="pyarrow",
+            batch_size=1, batch_format="pyarrow", num_cpus=light,
         )
     else:
-        raw = ray.data.read_binary_files(options.path.removeprefix("file://"), filesystem=filesystem)
-        read = raw.map_batches(read_file_rows, fn_kwargs={"kind": kind}, batch_size=1, batch_format="pyarrow")
+        raw = ray.data.read_binary_files(options.path.removeprefix("file://"), filesystem=filesystem, num_cpus=light)
+        read = raw.map_batches(read_file_rows, fn_kwargs={"kind": kind}, batch_size=1, batch_format="pyarrow",
+                               num_cpus=light)
     # One file is one block (or, for an export, a few): split it so validation uses every core.
     validate_kwargs = {"settings": settings, "org_id": options.org_id, "only_org": options.only_org,
                        "force_org": options.force_org, "conversations": kind in EXPORT_FORMATS}
@@ -80,15 +95,17 @@ def _pipeline(settings: Settings, options: ImportOptions, result: ImportResult, 
     # anything is written.
     with _task_errors_unwrapped():
         validated = (
-            read.repartition(target_num_rows_per_block=block_rows)
-            .map_batches(validate_batch, fn_kwargs=validate_kwargs, batch_size=None, batch_format="pyarrow")
+            repartitioned(read, block_rows, light)
+            .map_batches(validate_batch, fn_kwargs=validate_kwargs, batch_size=None, batch_format="pyarrow",
+                         num_cpus=light)
             .materialize()
         )
-    messages_only = validated.filter(expr="reject == ''")
+    messages_only = validated.filter(expr="reject == ''", num_cpus=light)
     # Only rejects and rows with redactions come back to the driver: few, even for a huge file.
-    rejects = [json.loads(r["reject"]) for r in validated.filter(expr="reject != ''")
-               .select_columns(["reject"]).take_all()]
-    for row in validated.filter(expr="redactions != '{}'").select_columns(["redactions"]).take_all():
+    rejects = [json.loads(r["reject"]) for r in validated.filter(expr="reject != ''", num_cpus=light)
+               .select_columns(["reject"], num_cpus=light).take_all()]
+    for row in (validated.filter(expr="redactions != '{}'", num_cpus=light)
+                .select_columns(["redactions"], num_cpus=light).take_all()):
         add_counts(result.redactions, json.loads(row["redactions"]))
     result.rows_read = validated.count()
     record_rejects(rejects, result, rejects_path)
@@ -101,18 +118,19 @@ def _pipeline(settings: Settings, options: ImportOptions, result: ImportResult, 
             writer.commit_messages(list(batch["message"]), service)
         return
     progress.stage("import: grouping sessions")
-    extracted = (
-        # Few partitions: a shuffle's cost grows with them, and sessions are small.
-        messages_only.groupby(["org_id", "user_id", "session_id"],
-                              num_partitions=max(1, min(4 * cpus, result.messages // 5_000 + 1)))
-        .map_groups(extract_group, fn_kwargs={"settings": settings}, batch_format="pyarrow")
-        # Extraction is cheap; finishing it first leaves every core to the embedding actors.
-        .materialize()
+    # Few partitions: a shuffle's cost grows with them, and sessions are small.
+    grouped = messages_only.groupby(["org_id", "user_id", "session_id"],
+                                    num_partitions=max(1, min(4 * cpus, result.messages // 5_000 + 1)))
+    extracting = repartitioned(
+        grouped.map_groups(extract_group, fn_kwargs={"settings": settings}, batch_format="pyarrow", num_cpus=light),
+        # Blocks of one embedding batch, cut in the extraction's tasks: every actor of the pool gets work.
+        settings.imports.embed_batch_rows, light,
     )
+    extracted = extracting.materialize()  # cheap; finished first, it leaves every core to the embedding
     result.memories = result.messages
     low, high = embed_pool(settings)
     cpu_only = settings.imports.embed_num_gpus == 0
-    embedded = extracted.repartition(target_num_rows_per_block=settings.imports.embed_batch_rows).map_batches(
+    embedded = extracted.map_batches(
         EmbedMemories,
         fn_constructor_kwargs={"settings": settings},
         compute=ActorPoolStrategy(min_size=low, max_size=max(low, min(high, cpus)) if cpu_only else high),

@@ -26,7 +26,16 @@ from agent_memory.embedding import Embedder, build_embedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 from jobs.progress import ProgressBar
-from jobs.runtime import EmbedMemories, embed_batch, embed_cpus, embed_pool, ensure_ray, in_chunks
+from jobs.runtime import (
+    EmbedMemories,
+    embed_batch,
+    embed_cpus,
+    embed_pool,
+    ensure_ray,
+    in_chunks,
+    repartitioned,
+    task_cpus,
+)
 from storage import open_store
 from storage.connect import maintenance_of
 from storage.reembed import open_staging, stage, stale, switch
@@ -82,9 +91,8 @@ class Reembedding:
 
         ensure_ray()
         low, high = embed_pool(self.settings)
-        dataset = ray.data.from_arrow(todo).repartition(
-            target_num_rows_per_block=self.settings.imports.embed_batch_rows
-        ).map_batches(
+        # Blocks of a batch each, the split reserving only what a node has free (jobs.runtime).
+        dataset = repartitioned(ray.data.from_arrow(todo), self.settings.imports.embed_batch_rows, task_cpus()).map_batches(
             EmbedMemories, fn_constructor_kwargs={"settings": self.target},
             compute=ActorPoolStrategy(min_size=low, max_size=high),
             batch_size=self.settings.imports.embed_batch_rows,

@@ -76,8 +76,10 @@ class LocalCluster:
         return self.root / "auth_token"
 
     def client_env(self) -> dict[str, str]:
-        """What a client of this cluster needs in its environment: its address and its token."""
-        return {"RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
+        """What a client of this cluster needs in its environment: its address and its token, and
+        for `agent-memory serve`, the HTTP proxy on the head only (every node shares this host's ports)."""
+        return {"RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path),
+                "AGENT_MEMORY_PROXY_LOCATION": "HeadOnly"}
 
     def node_names(self) -> list[str]:
         return [HEAD, *(f"worker-{i}" for i in range(1, self.workers + 1))]
@@ -128,7 +130,10 @@ class LocalCluster:
 
     def _node_env(self) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-        env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, **self.env)
+        # The one proxy, on the head, spreads requests over the ingress replicas of every node:
+        # Serve's preference for replicas on the proxy's own node would keep them all on the head.
+        env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                    "RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0"}, **self.env)
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)})
         return env
 

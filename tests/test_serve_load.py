@@ -16,7 +16,7 @@ import ray
 from storage import LanceStore
 from storage.connect import maintenance_of
 
-WRITERS, WRITES_EACH = 16, 200
+WRITERS, WRITES_EACH = 16, 120
 
 
 def _write_with_retries(client: httpx.Client, user: str, n: int, tag: str, deadline: float) -> list[str]:

@@ -20,15 +20,16 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+from cli.main import _kill_session as kill_session
+from cli.main import _session_pids as session_pids
 
 LABEL = "agent-memory/node"
 HEAD = "head"
@@ -139,16 +140,8 @@ class LocalCluster:
 
     def stop(self) -> None:
         """End every process of this cluster's nodes (idempotent); other Ray instances are left be."""
-        for _ in range(100):
-            pids = [pid for sid in self.sessions for pid in _session_pids(sid)]
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.05)
+        for sid in self.sessions:
+            kill_session(sid)
         self.sessions = []
         state = self.root / STATE_FILE
         if state.exists():
@@ -156,7 +149,7 @@ class LocalCluster:
 
     def alive(self) -> bool:
         """Whether any process of this cluster's nodes is running."""
-        return any(_session_pids(sid) for sid in self.sessions)
+        return any(session_pids(sid) for sid in self.sessions)
 
     def _save(self) -> None:
         (self.root / STATE_FILE).write_text(json.dumps({
@@ -177,22 +170,6 @@ class LocalCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-def _session_pids(sid: int) -> list[int]:
-    """The live processes (not zombies) of session `sid`, read from /proc."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        state, _ppid, _pgrp, session = stat[stat.rindex(b")") + 2:].split()[:4]
-        if int(session) == sid and state not in (b"Z", b"X"):
-            pids.append(int(entry))
-    return pids
 
 
 def main(argv: list[str] | None = None) -> int:

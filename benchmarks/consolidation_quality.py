@@ -62,18 +62,18 @@ def _ratio(a: int, b: int) -> float:
     return round(a / b, 4) if b else 1.0
 
 
-def _load(lang: str, split: str) -> dict[str, Any]:
-    return json.loads((DATA / f"{lang}_{split}.json").read_text())
+def _load(lang: str, split: str, data: Path = DATA) -> dict[str, Any]:
+    return json.loads((data / f"{lang}_{split}.json").read_text())
 
 
-def oracle(split: str, langs: list[str]) -> Any:
+def oracle(split: str, langs: list[str], data: Path = DATA) -> Any:
     """A judge's answers from the labels: two texts are one fact when one duplicate group holds both."""
-    return oracle_judge({t: g["id"] for lang in langs for g in _load(lang, split)["groups"] for t in g["texts"]})
+    return oracle_judge({t: g["id"] for lang in langs for g in _load(lang, split, data)["groups"] for t in g["texts"]})
 
 
-def score_language(service: MemoryService, lang: str, split: str, *, show: bool) -> dict[str, Any]:
+def score_language(service: MemoryService, lang: str, split: str, *, show: bool, data_dir: Path = DATA) -> dict[str, Any]:
     """Write one language's set (items dealt to users), cluster each user, score the merged pairs."""
-    data = _load(lang, split)
+    data = _load(lang, split, data_dir)
     items = [("group", g) for g in data["groups"]] + [("lookalike", p) for p in data["lookalikes"]]
     random.Random(7).shuffle(items)
     base = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -141,6 +141,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--split", default="dev", choices=["dev", "heldout"])
     parser.add_argument("--langs", default="en,zh")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="the set's directory (<lang>_<split>.json files; default: benchmarks/data/consolidation)")
     parser.add_argument("--show", action="store_true", help="print wrong merges and missed pairs with their signals")
     parser.add_argument("--judge", choices=["none", "oracle"], default="none",
                         help="oracle: an LLM judge on loopback that answers from the labels (see above)")
@@ -148,7 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.judge == "oracle":
         with scripted_llm() as llm:
-            llm.respond = oracle(args.split, args.langs.split(","))
+            llm.respond = oracle(args.split, args.langs.split(","), args.data)
             run(args, {"llm_base_url": llm.base_url, "llm_model": "oracle", "llm_requests_per_minute": 0,
                        "llm_max_retries": 0})
             print(f"judge requests: {len(llm.requests)}")
@@ -163,13 +165,13 @@ def run(args: argparse.Namespace, llm: dict[str, Any]) -> None:
         settings = Settings(storage_uri=str(Path(tmp) / "store"), _env_file=None, **llm)  # type: ignore[call-arg]
         store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
         with MemoryService(store, embedder, settings, defer_access=False, maintenance=maintenance_of(store)) as service:
-            reports = [score_language(service, lang, args.split, show=args.show) for lang in args.langs.split(",")]
+            reports = [score_language(service, lang, args.split, show=args.show, data_dir=args.data) for lang in args.langs.split(",")]
     for r in reports:
         print(f"{r['lang']} {r['split']}: precision {r['precision']:.3f}  recall (order, function words, qualifiers) "
               f"{r['recall_main']:.3f}  by class {r['recall_by_class']}  false merges {r['false_merges_by_class']} "
               f"across items {r['false_merges_across_items']}")
     if args.name:
-        write_result(args.name, {"split": args.split, "judge": args.judge, "languages": reports})
+        write_result(args.name, {"data": args.data.name, "split": args.split, "judge": args.judge, "languages": reports})
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ To measure a real model, point the settings at it and score the same set:
         .venv/bin/agent-memory eval --extraction benchmarks/data/extraction/heldout.jsonl --json
 
     PYTHONPATH=. .venv/bin/python benchmarks/extraction_llm.py --set heldout --name eval_extraction_llm_plumbing_heldout
+    PYTHONPATH=. .venv/bin/python benchmarks/extraction_llm.py --set benchmarks/data/extraction3/heldout.jsonl \
+        --name eval_extraction3_llm_plumbing_heldout
 """
 
 from __future__ import annotations
@@ -81,10 +83,11 @@ def oracle(cases: list[dict[str, Any]]) -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", default="heldout", help="a file of benchmarks/data/extraction/ (without .jsonl)")
+    parser.add_argument("--set", default="heldout",
+                        help="a file of benchmarks/data/extraction/ (without .jsonl), or the path of a cases file")
     parser.add_argument("--name", default=None, help="write benchmarks/results/<name>.json")
     args = parser.parse_args()
-    cases = load_extraction_cases(DATA / f"{args.set}.jsonl")
+    cases = load_extraction_cases(Path(args.set) if args.set.endswith(".jsonl") else DATA / f"{args.set}.jsonl")
     embedder = SentenceTransformerEmbedder()
     with scripted_llm() as llm, tempfile.TemporaryDirectory() as tmp:
         llm.respond = oracle(cases)

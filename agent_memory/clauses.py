@@ -29,17 +29,19 @@ from agent_memory.stance import is_person_word, names_person_first
 from agent_memory.text import CJK_RANGES, chinese_words
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
-_CLAUSE = re.compile(r"[^,，;；:：—–]+(?:[,，;；:：—–]+|$)")
+# A colon between digits is a ratio or a time ("16:8", "7:40"), not a boundary.
+_CLAUSE = re.compile(r"(?:[^,，;；:：—–]|(?<=\d)[:：](?=\d))+(?:[,，;；:：—–]+|$)")
 _CJK = re.compile(f"[{CJK_RANGES}]")
 _EN_OPENERS = re.compile(
     r"^(?:(?:oh|well|also|and|but|so|actually|honestly|btw|fyi|ngl|tbh|lol|haha|ok(?:ay)?|yeah|plus|anyway|"
     r"just so you know|for context|heads up|for the record|small change|one correction|plot twist(?: though)?|"
+    r"(?:big |good |bad |some )?news|"
     r"i should update you|update|i (?:always |usually )?(?:think|guess|suppose|feel like)|"
     r"just wanted to (?:say|let you know)(?: that)?)"
     r"\b[\s,!.:-]*)+",
     re.IGNORECASE,
 )
-_ZH_OPENERS = re.compile(r"^(?:(?:哦对了|对了|另外|还有|不过|但是|可是|其实|说来也怪|好消息|嗯+|哈哈+|所以|而且|我觉得|我感觉|可|但)"
+_ZH_OPENERS = re.compile(r"^(?:(?:哦对了|对了|另外|还有|不过|但是|可是|其实|说来也怪|好消息|嗯+|哈哈+|所以|而且|我觉得|我感觉|可(?!惜|以|能)|但)"
                          r"[\s，,！!。…]*)+")
 
 _EN_QUESTION = re.compile(
@@ -65,30 +67,51 @@ _ZH_HYPOTHETICAL = re.compile(r"如果|要是|假如|假设|随便想想|万一"
 _EN_PASSING = re.compile(
     r"^(?:thanks?|thank you|ty|thx)\b|^(?:lol|haha|ok|okay|sure|cool|great|nice|perfect|sick|right|yes|no|nah|yep|yeah)"
     r"(?:[\s!.~,]+(?:thanks?|ty|thx|lol|haha)\b)*[\s!.~,]*$"
-    r"|^just wanted to (?:share|say hi|check)|\bi (?:know|see|agree|hope so|forgot)\b|"
+    r"|^just wanted to (?:share|say hi|check)|\bi (?:know|see|agree|hope so|forgot)\b|\bi (?:always |usually |often )?forget\b|"
     r"^i'?m (?:tired|bored|hungry|sorry|fine|good|done|back|here|not sure|curious)[\s.!]*$|\bdid (?:u|you) see\b|"
+    r"\bi'?m (?:\w+ )?(?:panicking|obsessed|stressed|freaking out|nervous|excited|so happy)\b|"
     r"^i'?m [^,.;]{0,30}\b(?:today|tonight|this week|right now|at the moment)\b|"
     r"\bi (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|\bsounds (?:good|great)\b",
     re.IGNORECASE,
 )
 _ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|可以|没事)[\s，,。！!~～]*$|^谢谢|好累|好冷|好热|好困|饿了|累死|哈哈哈|"
+                         r"先不用了|问题解决了|可惜|"
                          r"我在想|我猜|心情|^(?:今天|今晚|这周|这几天)")
 
 # The user as subject. English: I, I'm, my <thing> (not a person), we/our for the user's team.
 _EN_SELF = re.compile(r"^(?:i|i'm|im|i've|ive|i'll|i am|i have|my|we|we're|we've|our)\b", re.IGNORECASE)
-_EN_MY = re.compile(r"^(?:my|our)\s+(\w+)(?:\s+(\w+))?", re.IGNORECASE)
+_EN_MY = re.compile(r"^(?:my|our)\s+(\w[\w-]*)(?:\s+(\w[\w-]*))?", re.IGNORECASE)
 _EN_SUBJECTLESS = re.compile(
     r"^(?:prefer|love|like|hate|can'?t stand|addicted|allergic|vegetarian|vegan|been|have been|playing|working|living|"
     r"going|doing|using|drinking|eating|not doing|no more|done with|moving|switching|booking|planning|heading|flying|"
-    r"changed my mind|scratch that|been meaning)\b",
+    r"changed my mind|scratch that|been meaning|quit|gave up|stopped|uninstalled|deleted|cancell?ed|ditched|dropped|switched)\b",
     re.IGNORECASE,
 )
+# Who the speaker is, said the chat way: "single dad of a 4-year-old here", "backend dev here".
+_EN_HERE = re.compile(r"^(?!.*\b(?:is|are|was|were|it|you|they|he|she)\b)(?:[\w'-]+\s+){1,6}here[\s.!]*$", re.IGNORECASE)
+# When or how often, said before the speaker: "these days I drink …", "Thursdays I sing in a choir".
+_EN_LEAD = re.compile(r"^(?:(?:these days|nowadays|lately|recently|currently|now|still|also|usually|always|mostly|"
+                      r"on \w+s|\w+days|every \w+|in the (?:mornings?|evenings?)|at night)[,\s]+)+", re.IGNORECASE)
+# When, said before the speaker in Chinese: "下周五（11月8号）我要飞新加坡", "明年我打算…".
+_ZH_TIME_LEAD = re.compile(r"^(?:(?:下|上|这|本)(?:个)?(?:周|星期|礼拜|月)[一二三四五六日天末]?|明天|后天|今年|明年|周末|月底|年底|"
+                           r"[0-9一二三四五六七八九十]+月[0-9一二三四五六七八九十]+[号日]|[（(][^）)]{0,12}[）)]|\s)+")
+# What the speaker would like to do, said to ask about it: "周末想带爸妈去周边转转，有什么推荐？".
+# How things are at the moment, said to explain a request: "跑完膝盖有点酸", "最近突然有点挑食".
+_ZH_STATE = re.compile(r"有点|有些|突然|老是|好[疼痛累烦酸难]")
+_EN_STATE = re.compile(r"\b(?:a bit|kinda|kind of|lately|keeps?|suddenly)\b", re.IGNORECASE)
+# A plan or a habit has a when: "下周去上海出差", "周六上午去游泳", "flying out tomorrow".
+_ZH_PLAN = re.compile(r"下(?:周|星期|礼拜|个月)|明天|后天|明年|周[一二三四五六日天末]|星期|礼拜|每|[上下中]午|晚上|早上|傍晚|凌晨|夜里|"
+                      r"月底|年底|[0-9一二三四五六七八九十]+月|[0-9一二三四五六七八九十]+[号日点]")
+_EN_PLAN = re.compile(r"\b(?:tomorrow|tonight|next \w+|on (?:mon|tues|wednes|thurs|fri|satur|sun)day|this (?:week|weekend|month)|"
+                      r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w* \d+)\b", re.IGNORECASE)
+_EN_WISH = re.compile(r"\b(?:i want to|i wanna|i'?m hoping to|i'?m thinking (?:of|about))\b", re.IGNORECASE)
+_ZH_WISH = re.compile(r"^[^，。]{0,4}?(?:想|打算|希望)(?![念法])")
 _EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
 _ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面)")
 # Chinese drops the subject: a clause that says when or how often, or how things changed, is
 # the speaker's when nobody else is named.
-_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|"
-                            r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔)")
+_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|"
+                            r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔|改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打|用))")
 # Someone of the user's named or aged: "my daughter Mia", "my son just turned 5", "我女儿叫朵朵".
 # "My wife and I live in Denver": the user speaks, with someone.
 _EN_WITH_ME = re.compile(r"^(?i:my|our) \w+(?: \w+)? and (?:i|me)\b", re.IGNORECASE)
@@ -99,7 +122,8 @@ _EN_INSTRUCTION = re.compile(
     r"\b(?:whenever you|every time you|when you (?:give|write|send|answer|reply|make|suggest|draft)|"
     r"in (?:your|all your|future) (?:answers|replies|responses)|from now on|going forward|for future (?:stuff|reference)|"
     r"(?:always|never|don'?t ever|do not ever) (?:use|add|include|write|send|give|call|schedule|book|suggest|mention|reply|answer))\b"
-    r"|\bno \w+(?: \w+)? please\b",
+    r"|\bno \w+(?: \w+)? please\b"
+    r"|^(?:please )?(?:use|write|answer|reply|respond|keep|give|talk|speak|call|format)\b.*\b(?:always|every time|from now on)\b",
     re.IGNORECASE,
 )
 _ZH_INSTRUCTION = re.compile(r"以后(?:帮我|给我|都|回答|回复|写|跟我)|每次(?:帮我|给我|写|回答|回复)|的时候(?:都|也)?(?:用|别|不要|记得)|"
@@ -117,21 +141,32 @@ def instruction(sentence: str) -> bool:
 _EN_RETRACT = re.compile(
     r"\b(?:no longer|not \w+(?: \w+)? any ?more|any ?more|no more|done with|scratch that|changed my mind|"
     r"(?:switched|switching|moved|moving|changed|changing|migrated|migrating|went) (?:over )?(?:from|to)|"
-    r"gave up|given up|quit|ditched|not anymore)\b",
+    r"gave up|given up|quit|ditched|not anymore|(?:went|go|going|gone|switched|moved) back to|stopped (?!by\b)|"
+    r"uninstalled|deleted|cancell?ed|got rid of|sold (?:my|the)|"
+    r"(?:should |let me |need to )?correct (?:that|myself))\b",
     re.IGNORECASE,
 )
-_EN_WEAK_RETRACT = re.compile(r"\b(?:from now on|going forward|these days|now|moving to|going all in)\b", re.IGNORECASE)
+_EN_WEAK_RETRACT = re.compile(r"\b(?:from now on|going forward|these days|now|moving to|going all in|instead|"
+                              r"starting (?:today|tomorrow|next \w+|\w+day))\b", re.IGNORECASE)
 _EN_OLD = re.compile(
     r"\b(?:no longer (?:\w+ )?|not (?:doing|using|drinking|eating|into|on) |no more |done with |quit |gave up |ditched |"
-    r"dropped |stopped (?:using |drinking |eating |doing )?|(?:switched|moved|changed|migrated|went) (?:over )?from )"
-    r"(?P<old>(?![\w .+#'-]*\b(?:that|it|this|them|those)\b)(?!the moon\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
+    r"dropped |cut (?:out )?|stopped (?:using |drinking |eating |doing )?|uninstalled |deleted |cancell?ed |got rid of |"
+    r"not \w+ing (?:her |him |them |my )?|(?:switched|moved|changed|migrated|went) (?:over )?from )"
+    r"(?P<old>(?![\w .+#'-]*\b(?:that|it|this|them|those)\b)(?!the moon\b)(?!(?:lol|haha|lmao|tbh|ngl)\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
     re.IGNORECASE,
 )
 _ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
+                         r"改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打)|卖了|卖掉了|"
                          r"不用[^，。]{1,8}了|还是算了")
 _ZH_WEAK_RETRACT = re.compile(r"以后都|现在只|现在改|现在都|现在|最近|能接受|开始")
-_ZH_OLD = re.compile(r"(?:不再|已经不|不)(?:喜欢)?(?:用|喝|吃|玩|做|学|去|住|坐|选)?(?P<old>[^，。；！？了]{1,14})了|戒了(?P<old2>[^，。；！？]{1,8})"
-                     r"|从(?P<old3>[^，。；！？]{1,12}?)(?:换成|改成|换到|转到|改用|切换到|搬到)")
+# "日语先不学了", "Vue 基本不碰了": a habit dropped, its object said first, the speaker left out.
+_ZH_DROPPED_HABIT = re.compile(r"^[^，。]{1,8}?(?:基本|已经|早就|都|也|就|先|暂时|再也)?不(?:碰|用|喝|吃|玩|看|去|学|练|跑|坐|开)了")
+# "坚持不下去了" says it could not go on, not what it no longer does.
+_ZH_OLD = re.compile(r"(?:不再|已经不|不(?!下去|起|动|到|住|过|完))(?:喜欢)?(?:用|喝|吃|玩|做|学|去|住|坐|选)?(?P<old>[^，。；！？了]{2,14})了|戒了(?P<old2>[^，。；！？]{1,8})"
+                     r"|从(?P<old3>[^，。；！？]{1,12}?)(?:换成|改成|换到|转到|改用|切换到|搬到)"
+                     # The object said first: "Vue 基本不碰了", "奶茶已经不喝了".
+                     r"|(?:^|[，,\s])(?P<old4>[A-Za-z][\w+#.]*|[^，。；！？\s]{2,6}?)\s*(?:基本|已经|早就|都|也|就|先|暂时|再也)?"
+                     r"不(?:碰|用|喝|吃|玩|看|去|学|练|跑|坐|开)了")
 
 
 @dataclass(frozen=True)
@@ -143,9 +178,16 @@ class Reading:
     old: tuple[str, ...]
 
 
+# "16:8 made me cranky so i switched to 14:10": "so", "but" or "then" before "I" starts a clause of its own.
+_EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then)\s+i\b|and\s+i(?:'m| am)\b)", re.IGNORECASE)
+
+
 def clauses(sentence: str) -> list[str]:
     """The clauses of a sentence, each with its trailing separator."""
-    return [m.group(0) for m in _CLAUSE.finditer(sentence) if m.group(0).strip(" ,，;；:：—–")]
+    found = [m.group(0) for m in _CLAUSE.finditer(sentence) if m.group(0).strip(" ,，;；:：—–")]
+    if is_chinese(sentence):
+        return found
+    return [part for clause in found for part in _EN_JOINED.split(clause) if part.strip()]
 
 
 def _bare(clause: str, zh: bool) -> str:
@@ -162,19 +204,32 @@ def is_chinese(text: str) -> bool:
 def dropped(clause: str, zh: bool) -> bool:
     """Whether a clause is a request, a question, a hypothetical or passing talk."""
     text = _bare(clause, zh)
-    if not text:
+    if not text or asks(clause, zh):
         return True
     if zh:
-        return bool(_ZH_QUESTION.search(text) or _ZH_REQUEST.search(text) or _ZH_HYPOTHETICAL.search(text)
-                    or _ZH_PASSING.search(text))
-    return bool(_EN_QUESTION.search(text) or _EN_REQUEST.search(text) or _EN_HYPOTHETICAL.search(text)
-                or _EN_PASSING.search(text))
+        return bool(_ZH_HYPOTHETICAL.search(text) or _ZH_PASSING.search(text))
+    return bool(_EN_HYPOTHETICAL.search(text) or _EN_PASSING.search(text))
+
+
+def names_relation(clause: str, zh: bool) -> bool:
+    """Whether a clause names or ages someone of the user's ("我女儿叫朵朵", "my son just turned 5")."""
+    text = _bare(clause, zh)
+    return bool((_ZH_NAMES_RELATION if zh else _EN_NAMES_RELATION).match(text))
+
+
+def asks(clause: str, zh: bool) -> bool:
+    """Whether a clause asks the assistant something: a request or a question."""
+    text = _bare(clause, zh)
+    if zh:
+        return bool(_ZH_QUESTION.search(text) or _ZH_REQUEST.search(text))
+    return bool(_EN_QUESTION.search(text) or _EN_REQUEST.search(text))
 
 
 def subject(clause: str, zh: bool) -> str:
     """Whose clause it is: "self", "other" (another person or thing named as subject) or "none"."""
     text = _bare(clause, zh)
     if zh:
+        text = _ZH_TIME_LEAD.sub("", text) if _ZH_TIME_LEAD.sub("", text).startswith("我") else text
         if _ZH_NAMES_RELATION.match(text) or text.startswith(("我和", "我跟")):
             return "self"
         if _zh_relative(text):
@@ -182,6 +237,7 @@ def subject(clause: str, zh: bool) -> str:
         if text.startswith(("我", "咱")):
             return "self"
         return "other" if _ZH_OTHER_SUBJECT.match(text) else "none"
+    text = _EN_LEAD.sub("", text) if _EN_SELF.match(_EN_LEAD.sub("", text)) else text
     if _EN_NAMES_RELATION.match(text) or _EN_WITH_ME.match(text):
         return "self"
     mine = _EN_MY.match(text)
@@ -189,7 +245,7 @@ def subject(clause: str, zh: bool) -> str:
         return "other"
     if _EN_SELF.match(text):
         return "self"
-    if _EN_SUBJECTLESS.match(text):
+    if _EN_SUBJECTLESS.match(text) or _EN_HERE.match(text):
         return "self"
     return "other" if _EN_OTHER_SUBJECT.match(text) else "none"
 
@@ -219,10 +275,18 @@ _EN_EVENT = re.compile(r"^(?:i|we)(?: \w+ly| just| finally| once)? (?:\w+ed|" + 
 _ZH_EVENT = re.compile(r"(?:昨天|前天|上周|上个月|去年|那天|刚才|上次)[^，。]{0,12}了")
 
 
+# A change that happened once and holds since: "I switched my layout to Dvorak a few weeks ago".
+_EN_NEW_STATE = re.compile(r"^(?:i|we)(?: \w+ly| just| finally)? (?:switched|moved|changed|started|began|joined|adopted|became)\b",
+                           re.IGNORECASE)
+
+
 def is_event(text: str) -> bool:
     """Whether a statement tells of something that happened once ("I gave a talk at PyCon",
-    "昨天入手了一台相机"), rather than what holds."""
-    return bool((_ZH_EVENT if is_chinese(text) else _EN_EVENT).search(_bare(text, is_chinese(text))))
+    "昨天入手了一台相机"), rather than what holds (also "I switched to Dvorak last week": what
+    holds since)."""
+    zh = is_chinese(text)
+    bare = _bare(text, zh)
+    return bool((_ZH_EVENT if zh else _EN_EVENT).search(bare)) and (zh or not _EN_NEW_STATE.search(bare))
 
 
 def retracts(text: str, zh: bool) -> str:
@@ -246,10 +310,10 @@ def old_values(text: str, zh: bool) -> tuple[str, ...]:
 
 
 # A slip corrected on the spot: "Lyon — sorry, Lille", "the 14th — no wait, the 15th", "周三，不对，周四".
-_EN_CORRECTION = re.compile(r"^(?:sorry|no wait|wait|i mean|oops|actually no|correction)[\s,!.—–-]*$", re.IGNORECASE)
-_ZH_CORRECTION = re.compile(r"^(?:不对|哦不|不是|说错了|打错了|错了|口误)[\s，,！!。—–-]*$")
+_EN_CORRECTION = re.compile(r"^(?:sorry|no wait|wait no|wait|i mean|oops|actually no|correction)[\s,!.—–-]*$", re.IGNORECASE)
+_ZH_CORRECTION = re.compile(r"^[哦啊呃噢额]?(?:不对|哦不|不是|说错了|打错了|错了|口误)[\s，,！!。—–-]*$")
 # The cue and the correction in one clause: "I mean Oakland", "sorry, Lille" split at no comma.
-_EN_INLINE_CORRECTION = re.compile(r"^(?:sorry|no wait|i mean|oops)\s+(?P<fix>[^\W_].*)$", re.IGNORECASE)
+_EN_INLINE_CORRECTION = re.compile(r"^(?:sorry|no wait|wait no|i mean|oops|actually no)\s+(?P<fix>[^\W_].*)$", re.IGNORECASE)
 
 
 def _corrected(kept: list[str], fix: str, zh: bool) -> None:
@@ -260,6 +324,9 @@ def _corrected(kept: list[str], fix: str, zh: bool) -> None:
     tail = last[len(last.rstrip(",，;；:：—– ")):]
     body = last[: len(last) - len(tail)].rstrip(",，;；:：—– ")
     fix = fix.strip().rstrip(",，;；:：—–").strip()
+    if _restates_clause(body, fix, zh):
+        kept[-1] = fix + tail  # "I'm 29 — wait no, I turned 30"; "在苏州，哦不对，在昆山做外贸"
+        return
     if zh:
         fix = fix.removeprefix("是")
         # The correction's first word ("周四出差去深圳" -> "周四"), or all of it with digits ("3月6号").
@@ -279,9 +346,33 @@ def _corrected(kept: list[str], fix: str, zh: bool) -> None:
     kept[-1] = " ".join(head[: len(head) - n] + [fix]) if n else f"{body}{tail} {fix}"
 
 
+def _restates_clause(slip: str, fix: str, zh: bool) -> bool:
+    """Whether a correction says its clause over again rather than swapping the slip's last words:
+    it has a subject of its own ("I turned 30"), or (Chinese) opens with the slip's first word
+    ("在苏州" -> "在昆山做外贸")."""
+    if zh:
+        first = next(iter(chinese_words(fix)), "")
+        return bool(first) and len(fix) > len(first) and _bare(slip, zh).startswith(first)
+    return subject(fix, zh) == "self"
+
+
 # A clause that only takes back what was said: kept, it carries the change of mind.
 _PURE_RETRACTION = re.compile(r"^(?:(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|forget (?:that|it)|on second thought)"
                               r"[\s,，!！.。…]*$", re.IGNORECASE)
+
+
+def _zh_speaker_implied(text: str) -> bool:
+    """Whether a Chinese clause without a subject is the speaker's by its shape: it says when or
+    how often ("现在只喝美式"), or drops a habit with its object first ("日语先不学了")."""
+    return bool(_ZH_SELF_MARKS.search(text) or _ZH_DROPPED_HABIT.match(text))
+
+
+def _gives_reason(text: str, zh: bool, who: str) -> bool:
+    """Whether a kept clause may only be the reason for a request that follows it: a wish, or,
+    without a subject, how things are at the moment (but not a plan or habit with its when)."""
+    if (_ZH_WISH if zh else _EN_WISH).search(text):
+        return True
+    return who == "none" and bool((_ZH_STATE if zh else _EN_STATE).search(text)) and not (_ZH_PLAN if zh else _EN_PLAN).search(text)
 
 
 def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | None:
@@ -296,6 +387,10 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
     other_seen = False
     about_self = previous_self
     correcting = False
+    # Where the clauses start that only give the reason for a request that may follow: what the
+    # user would like to do ("周末想带爸妈去周边转转"), or, without a subject, how things are at the
+    # moment ("跑完膝盖有点酸").
+    reason_at: int | None = None
     for clause in clauses(sentence):
         text = _bare(clause, zh)
         inline = None if zh else _EN_INLINE_CORRECTION.match(clause.strip())
@@ -312,15 +407,25 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
         if dropped(clause, zh):
             about_self = False if subject(clause, zh) == "other" else about_self
             leading = []
+            if reason_at is not None and asks(clause, zh):
+                del kept[reason_at:]
+                reason_at = None
             continue
         who = subject(clause, zh)
         if _PURE_RETRACTION.match(text) or who == "self" or (
-            who == "none" and (about_self or (zh and _ZH_SELF_MARKS.search(text)))
+            who == "none" and (about_self or (zh and not other_seen and _zh_speaker_implied(text)))
         ):
             kept.extend(leading if who == "self" else [])
+            if _gives_reason(text, zh, who):
+                reason_at = len(kept) if reason_at is None else reason_at
+            elif who == "self":
+                reason_at = None
             kept.append(clause)
             leading = []
-            about_self = True
+            # What follows "我爸今年六十五" is the father's ("有高血压").
+            relation = names_relation(clause, zh)
+            about_self = not relation
+            other_seen = other_seen or relation
         else:
             # What follows someone else's clause is theirs ("我室友是四川人，无辣不欢").
             other_seen = other_seen or who == "other"

@@ -30,6 +30,7 @@ again over the same messages adds nothing and records no new decision.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -37,6 +38,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agent_memory.audit import memory_event
+from agent_memory.clauses import is_event
 from agent_memory.errors import InvalidInputError
 from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
@@ -46,8 +48,8 @@ from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalise
 from agent_memory.service import MemoryService, group_sessions
 from agent_memory.stance import persons
 from agent_memory.store import RecallFilter
-from agent_memory.text import keyword_text, lexical_similarity
-from agent_memory.wording import topic_words
+from agent_memory.text import CJK_RANGES, keyword_text, lexical_similarity
+from agent_memory.wording import content_terms, topic_words
 
 log = logging.getLogger(__name__)
 Mode = Literal["raw", "rules", "llm"]
@@ -158,14 +160,18 @@ def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: 
     return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), normalised(content))
 
 
+_CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
+
+
 def _meta(record: MemoryRecord, key: str) -> Any:
     return (record.metadata or {}).get(key)
 
 
 def _retractable(record: MemoryRecord) -> bool:
-    """Whether a change of mind can take a memory back: a fact, habit or instruction of the user's
-    own, not an event ("gave a talk about VS Code") or someone else's fact ("my boss takes oat milk")."""
-    return record.memory_type != "episodic" and not persons(record.content)
+    """Whether a change of mind can take a memory back: a fact, habit, plan or instruction of the
+    user's own, not something that happened ("gave a talk about VS Code") or someone else's fact
+    ("my boss takes oat milk")."""
+    return (record.memory_type != "episodic" or not is_event(record.content)) and not persons(record.content)
 
 
 def _asserted_text(record: MemoryRecord) -> str:
@@ -174,6 +180,19 @@ def _asserted_text(record: MemoryRecord) -> str:
     for old in _meta(record, "replaces") or []:
         text = text.replace(normalised(str(old)), " ")
     return text
+
+
+def _states(old: str, asserted: str) -> bool:
+    """Whether a memory's asserted text states an old value a change of mind names: as written,
+    or (English) every content word of it in any inflection ("at the bakery" in "weekend shifts at
+    a bakery", "teaching" in "I teach chemistry")."""
+    old_n = normalised(clean_value(old))
+    if not old_n:
+        return False
+    if old_n in asserted:
+        return True
+    words = content_terms(old_n)
+    return bool(words) and not any(_CJK_CHAR.match(w) for w in words) and words <= content_terms(asserted)
 
 
 class _Decider:
@@ -287,24 +306,30 @@ class _Decider:
         if candidate.replaces and _retractable(other):
             asserted = _asserted_text(other)
             new_value = normalised(candidate.value) if candidate.value else None
-            for old in candidate.replaces:
-                old_n = normalised(clean_value(old))
-                if old_n and old_n in asserted and not (new_value and new_value in asserted):
-                    return True
+            if new_value and new_value in asserted:
+                return False
+            return any(_states(old, asserted) for old in candidate.replaces)
         return False
 
     def _retracted(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
-        """What a change of mind that names no old value takes back.
+        """What a change of mind takes back when no memory states the old value it names (if any).
 
-        "Scratch that", "changed my mind", "no longer", "算了" (strong) take back what the user said
-        last in this conversation. "From now on", "now", "以后都" (weak) take back only what they
-        are about: the latest statement of this conversation that shares a content word with it,
-        else the user's closest earlier statement, by the overlap of their content words (at least
-        `extraction_retract_similarity`) or, where the model reads both, cosine (at least
-        `extraction_retract_cosine`). Events and other people's facts are never taken back.
+        One that names an old value no memory states as written takes back the latest statement
+        that shares a content word with that value ("quit the coke" and "4 cans of Coke Zero a
+        day"). "Scratch that", "changed my mind", "no longer", "算了" (strong) that name nothing
+        take back what the user said last in this conversation. "From now on", "now", "以后都"
+        (weak) take back only what they are about: the latest statement of this conversation that
+        shares a content word with it, else the user's closest earlier statement, by the overlap of
+        their content words (at least `extraction_retract_similarity`) or, where the model reads
+        both, cosine (at least `extraction_retract_cosine`). Events and other people's facts are
+        never taken back.
         """
         earlier = [r for r in self._recent(record) if _retractable(r)]
         session = [r for r in earlier if r.session_id == record.session_id]
+        if candidate.replaces:
+            # It names what it takes back: only a statement about that, in any wording.
+            named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
+            return next((o for o in earlier if named & topic_words(_asserted_text(o))), None)
         if candidate.retracts == "strong" and session:
             return session[0]
         about = topic_words(_asserted_text(record))
@@ -367,7 +392,7 @@ class _Decider:
     def _decide(self, candidate: Candidate, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
         pool = self._neighbours(candidate, record)
         contradicted = [o for o in pool if self._contradicted(candidate, record, o)]
-        if candidate.retracts and not candidate.replaces and not contradicted and stored_self is None:
+        if candidate.retracts and not contradicted and stored_self is None:
             taken_back = self._retracted(candidate, record, pool)
             if taken_back is not None:
                 contradicted.append(taken_back)

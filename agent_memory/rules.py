@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from agent_memory.clauses import instruction, is_chinese, is_event, read_sentence, statement, subject
 from agent_memory.models import MemoryType, MessageRecord
 from agent_memory.text import normalize, terms
-from agent_memory.wording import topic_words
 
 SlotFn = Callable[["re.Match[str]"], tuple[str | None, str | None]]
 
@@ -66,7 +65,8 @@ class Rule:
 
 _TRAILING = re.compile(
     r"\s*(?:\b(?:lately|recently|these days|now|anymore|any more|for good|full[- ]time|last (?:week|month|year)|"
-    r"this (?:week|month|year)|again|as usual|mostly|honestly|too)\b|[,.;:!?…—–-]|\s)+$",
+    r"this (?:week|month|year)|again|as usual|mostly|honestly|too|in \d{4}|lol|haha|lmao|tbh|ngl|"
+    r"in (?:january|february|march|april|may|june|july|august|september|october|november|december))\b|[,.;:!?…—–-]|\s)+$",
     re.IGNORECASE,
 )
 _ARTICLES = re.compile(r"^(?:the|a|an|my|some)\s+", re.IGNORECASE)
@@ -253,7 +253,10 @@ _NOT_AN_ANSWER = re.compile(
     r"好的?|好吧|嗯+|是的|对|不是|没有|谢谢|不知道|行|可以|随便)[.!。！~～]*$",
     re.IGNORECASE,
 )
-_SENTENCE = re.compile(r"[^.!?。！？；;\n]+[.!?。！？；;]*")
+# A point between digits is a decimal point ("0.01%"), not the end of a sentence.
+# What goes on as before: not what a change of mind replaces its old value with.
+_CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|还是|仍然|依然|继续")
+_SENTENCE = re.compile(r"(?:[^.!?。！？；;\n]|(?<=\d)\.(?=\d))+[.!?。！？；;]*")
 _QUESTION = re.compile(r"[?？]\s*$")
 
 
@@ -324,7 +327,10 @@ class RulesExtractor:
                     source_ids=[message.message_id], message=message, extractor=self.name, rule="clause.instruction",
                     retracts=reading.flip if reading is not None else "",
                 )
-            if candidate is None and reading is not None and len(terms(reading.content, keep_stopwords=True)) >= 2:
+            # "so I did it" says nothing: two words, one of them more than a function word.
+            if candidate is None and reading is not None and len(terms(reading.content, keep_stopwords=True)) >= 2 and terms(
+                reading.content
+            ):
                 event = not reading.flip and is_event(reading.content)
                 candidate = Candidate(
                     content=reading.content, memory_type="episodic" if event else "semantic", importance=0.5,
@@ -338,8 +344,12 @@ class RulesExtractor:
                 candidate.replaces = list(dict.fromkeys([*candidate.replaces, *reading.old]))
             if candidate is None:
                 continue
-            if pending is not None and (not pending.replaces or topic_words(pending.content) & topic_words(candidate.content)):
-                # "I no longer like dark mode; I prefer light mode now": one change of mind.
+            if pending is not None and not _CONTINUES.search(candidate.content) and not (
+                candidate.memory_type == "episodic" and not candidate.retracts
+            ):
+                # "I no longer like dark mode; I prefer light mode now": one change of mind. So is "I
+                # quit the orchestra. Still play violin though. Thursdays I sing in a choir now": what
+                # still holds, and what happened, are other facts.
                 joint = "" if is_chinese(pending.content) else " "
                 pending.content = f"{pending.content}{pending_end}{joint}{candidate.content}".strip()
                 pending.replaces = list(dict.fromkeys([*pending.replaces, *candidate.replaces]))
@@ -347,8 +357,8 @@ class RulesExtractor:
                 out.append(pending)
                 pending = None
                 continue
-            if pending is not None:
-                out.append(pending)  # the next sentence is about something else
+            if pending is not None and candidate.retracts:
+                out.append(pending)  # another change of mind starts: the first says nothing more
                 pending = None
             if candidate.retracts == "strong" and not (candidate.value and candidate.replaces):
                 # It says what no longer holds; what holds now may follow in the next sentence.

@@ -219,3 +219,48 @@ def test_low_confidence_candidates_are_not_stored(make_service: Any, clock: Cloc
     result = extract_and_store(service, "acme", records, "rules", actor="test")
     assert result.below_confidence == 1 and result.created == []
     assert maintenance_of(service.store).table("memories").count_rows() == 0
+
+
+@pytest.mark.parametrize(("before", "after", "new"), [
+    # The old value in other words than the memory's ("at the shelter", "volunteer at an animal shelter").
+    ("I volunteer at an animal shelter on Sundays.",
+     "I don't volunteer at the shelter anymore — I coach a kids' soccer team on Sundays now.", "soccer"),
+    # A ratio is no clause boundary; "so I switched" starts the clause that says what holds now.
+    ("I do 16:8 intermittent fasting.", "16:8 was too hard so I switched to 14:10.", "14:10"),
+    # The object said first, the speaker left out.
+    ("我平时用 Notion 记笔记。", "Notion 基本不用了，现在改用 Obsidian。", "Obsidian"),
+    ("我在学法语。", "法语先不学了，太难了。我报了个西班牙语班。", "西班牙语"),
+    # A plan is taken back as a fact is; "scratch that" names nothing, so it takes back the last statement.
+    ("I'm flying to Rome on May 3 for a wedding.", "Scratch that, the wedding moved, so I'm going to Naples instead.",
+     "Naples"),
+    # What happened once and holds since is a fact a change of mind takes back.
+    ("I switched my phone to a Pixel a few weeks ago.", "Gave up lol. I went back to my old iPhone yesterday.", "iPhone"),
+])
+def test_a_change_of_mind_in_other_words_supersedes_what_it_is_about(
+    service: MemoryService, before: str, after: str, new: str
+) -> None:
+    records = _log(service, [("user", before), ("assistant", "Got it."), ("user", after)])
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    active = _active(service)
+    assert before not in active
+    assert any(new in text for text in active), active
+    assert [r.content for r in service.list(U, limit=10, status="superseded").records] == [before]
+
+
+@pytest.mark.parametrize(("turn", "kept", "not_kept"), [
+    ("我想周末带孩子去爬山，有什么推荐的路线吗？", None, "爬山"),  # a wish said as the reason to ask
+    ("我每天早上去游泳，中午去健身房，这样安排合理吗？", "健身房", None),  # a habit has a when: it stays
+    ("我妈今年七十，有糖尿病，每天打胰岛素。", None, "糖尿病"),  # what follows is the mother's
+    ("backend dev here, any tips for learning Rust?", "backend dev", "Rust"),
+    ("I'm 41 — wait no, I turned 42 in May.", "42", "41"),
+    ("My savings account pays 0.5% interest.", "0.5%", None),
+    ("who wrote Dune again? I always forget", None, "forget"),
+    ("Use short answers with me, always. I read on my phone.", "short answers", None),
+])
+def test_what_a_turn_says_about_the_user(service: MemoryService, turn: str, kept: str | None, not_kept: str | None) -> None:
+    extract_and_store(service, "acme", _log(service, [("user", turn)]), "rules", actor="test")
+    active = _active(service)
+    if kept:
+        assert any(kept in text for text in active), active
+    if not_kept:
+        assert not any(not_kept in text for text in active), active

@@ -3,7 +3,8 @@
 Clustering is complete linkage over a "may merge" graph. Two memories are linked when they are
 exact duplicates, or when they agree on what embedding models blur (negation: "I like X" and "I
 don't like X" score as near-identical; other people: "the user's wife likes tea", "我同事喜欢喝
-咖啡"; time and intent: "used to have", "打算去"; names and numbers: "Lufthansa", "AB-"; see
+咖啡"; time and intent: "used to have", "打算去"; names and numbers: "Lufthansa", "AB-", "五千四";
+roles and relations: "from Berlin to Munich", "works in Lagos" and "is from Lagos"; see
 `agent_memory.stance` and `agent_memory.wording`) and either the model reads both and their
 cosine similarity reaches the bar for how their content words differ (`consolidation_similarity`
 for the same words, `consolidation_reworded_similarity` for one word swapped, where a synonym and
@@ -35,9 +36,10 @@ import numpy as np
 from agent_memory.merge import apart_ids
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
-from agent_memory.stance import Stance, stance
+from agent_memory.stance import Stance, aspect, aspects_clash, stance
 from agent_memory.text import CHINESE_STOPWORDS, CJK_RANGES, terms
 from agent_memory.wording import (
+    changes_relation,
     content_characters,
     content_sequence,
     exact_key,
@@ -87,6 +89,7 @@ class _Texts:
 
     keys: list[str]
     stances: list[Stance]
+    aspects: list[str]
     sequences: list[list[str]]
     unreadable: list[bool]
     named: list[tuple[frozenset[str], frozenset[str]]]
@@ -109,6 +112,7 @@ class _Texts:
         return cls(
             keys=[exact_key(t) for t in said],
             stances=[stance(t) for t in said],
+            aspects=[aspect(t) for t in said],
             sequences=sequences,
             unreadable=[r.oov > settings.consolidation.oov_guard for r in records],
             named=[(names(t), word_set(t)) for t in said],
@@ -148,12 +152,14 @@ class _Texts:
         return self.ids[j] in self.apart[i] or self.ids[i] in self.apart[j]
 
     def agree(self, i: int, j: int) -> bool:
-        """The same negation, people, time and intent, and the same names; never two kept apart."""
+        """The same negation, people, time and intent, aspect (done or still going on), names and
+        numbers, roles and relations to what both name; never two kept apart."""
         if self.kept_apart(i, j):
             return False
         (names_i, words_i), (names_j, words_j) = self.named[i], self.named[j]
         return (self.stances[i] == self.stances[j] and names_i <= words_j and names_j <= words_i
-                and not swaps_roles(self.roles[i], self.roles[j]))
+                and not aspects_clash(self.aspects[i], self.aspects[j])
+                and not swaps_roles(self.roles[i], self.roles[j]) and not changes_relation(self.roles[i], self.roles[j]))
 
 
 def feature_idf(features: Sequence[frozenset[str]]) -> dict[str, float]:

@@ -37,6 +37,7 @@ _PERSON_WORDS_EN = frozenset(
     teammates intern interns mentor classmate classmates sons daughters brothers sisters""".split()
 )
 _PERSON_PHRASES_EN = ("team lead", "tech lead", "in-law", "co-worker")
+_IN_LAWS = frozenset({"in-law", "in-laws", "inlaws"})
 # Words that contain a person's character without naming one: "吉他" (guitar), "其他" (other),
 # "面向对象" (object-oriented), "朋友圈" (WeChat Moments).
 _NOT_PERSON_CJK = ("吉他", "其他", "面向对象", "朋友圈")
@@ -48,13 +49,15 @@ _ROLE_AFTER_POSSESSIVE = re.compile(
 _PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿",
                      "孩子", "爸", "妈", "父亲", "母亲", "父母", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆",
                      "叔", "阿姨", "舅", "朋友", "同事", "室友", "邻居", "老板", "领导", "组长", "同学", "家人", "亲戚",
-                     "闺蜜", "队友", "别人", "他", "她")
+                     "闺蜜", "队友", "别人", "他", "她", "婆婆", "公公", "岳父", "岳母", "丈母娘", "儿媳", "女婿", "孙子",
+                     "孙女")
 
 # When a fact holds, or whether it is one: a past habit, a wish or a plan states something else
 # than the present fact ("used to have a Pixel", "我想买一辆特斯拉"). Each class is one mark, so
 # "plans to" and "wants to" agree.
 _MODALITY_MARKS = {
-    "past": (r"\bused to\b", r"\bformerly\b", r"\bpreviously\b", r"\bago\b", r"\blast (?:year|month|week)\b",
+    "past": (r"\bused to\b", r"\bformerly\b", r"\bpreviously\b", r"\bago\b",
+             r"\blast (?:year|month|week|semester|term|season|summer|winter|spring|fall|autumn|weekend|night)\b",
              r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", r"\bback then\b", r"\bonce\b",
              r"\bas a (?:kid|child|teen(?:ager)?|student)\b", r"\bwhen (?:i|he|she|they|the user) was\b",
              r"\b(?:was|were)\b(?! born\b)", r"\bhad\b(?! to\b)", r"\bgrew up\b", r"\bquit\b", r"\bgave up\b",
@@ -104,7 +107,7 @@ def persons(text: str) -> frozenset[str]:
 
 def is_person_word(word: str) -> bool:
     """Whether one word (English, lower-case, or Chinese) names a relation: "husband", "哥", "同事"."""
-    return word in _PERSON_WORDS_EN or word in _PERSON_WORDS_CJK
+    return word in _PERSON_WORDS_EN or word in _PERSON_WORDS_CJK or word in _IN_LAWS
 
 
 def names_person_first(text: str) -> bool:
@@ -112,10 +115,32 @@ def names_person_first(text: str) -> bool:
     return text.startswith(_PERSON_WORDS_CJK) and not text.startswith(_NOT_PERSON_CJK)
 
 
+# What began in the past and holds now is present: "since last year", "从去年开始", "去年起".
+_ONGOING = re.compile(r"\bsince (?:last \w+|\w+ (?:\w+ )?ago)\b|(?:自从|从|自)(?:去年|以前|之前)(?:开始|起)?"
+                      r"|去年(?:开始|起)")
+
+
 def modality(text: str) -> frozenset[str]:
     """The marks of time and intent in a statement: "past" (used to, 以前), "intent" (plans to, 打算)."""
-    lowered = normalize(text).replace("’", "'")
+    lowered = _ONGOING.sub(" ", normalize(text).replace("’", "'"))
     return frozenset(kind for kind, pattern in _MODALITY_RES.items() if pattern.search(lowered))
+
+
+# Whether a fact is done or still going on: "has already paid off her loans" and "is still paying
+# off her loans" are two facts, though either mark alone only qualifies ("I still live in Oslo").
+_ASPECT_MARKS = {"done": re.compile(r"\balready\b|已经|早就"), "ongoing": re.compile(r"\bstill\b|还在|仍然|依然|仍在")}
+
+
+def aspect(text: str) -> str:
+    """"done" (already, 已经), "ongoing" (still, 还在), or "" (neither, or both)."""
+    lowered = normalize(text)
+    found = [kind for kind, pattern in _ASPECT_MARKS.items() if pattern.search(lowered)]
+    return found[0] if len(found) == 1 else ""
+
+
+def aspects_clash(a: str, b: str) -> bool:
+    """Whether two aspects (`aspect`) make two facts: one done, the other still going on."""
+    return {a, b} == {"done", "ongoing"}
 
 
 def stance(text: str) -> Stance:

@@ -32,14 +32,24 @@ _LATIN_NAME_TOKEN = re.compile(rf"[^\W_{CJK_RANGES}]+{_SIGNED}", re.UNICODE)
 _SENTENCE_END = re.compile(r"[.!?。！？;；:：]\s*|\n")
 
 
+# A number in Chinese numerals: two numeral characters or more ("五千四", "十二"), or one before
+# what it counts ("三年级", "两个"). One alone is mostly part of a word ("一直", "一般").
+_CJK_NUMBER = re.compile(r"[零〇一二三四五六七八九十百千万亿两半]{2,}|[零〇一二三四五六七八九十百千万亿两半](?=[个岁年级月号点次天本只块元斤层楼周])")
+
+
+def _cjk_numbers(text: str) -> list[str]:
+    return _CJK_NUMBER.findall(_cjk_folded(unicodedata.normalize("NFKC", text)))
+
+
 def names(text: str) -> frozenset[str]:
-    """Names and numbers: capitalised words past a sentence's first word, and words with digits.
+    """Names and numbers: capitalised words past a sentence's first word, words with digits, and
+    numbers in Chinese numerals ("每月房租五千四" and "四千五" are two rents).
 
     A restatement names the same things ("Lufthansa", "Pixel 8", "March"); "flies with Lufthansa"
     and "flies with Emirates" are two facts however close their cosine. A sentence's first word is
     left out because capitals there say nothing ("Italian cuisine is ...", "Every day, ...").
     """
-    found: set[str] = set()
+    found = set(_cjk_numbers(text))
     for sentence in _SENTENCE_END.split(unicodedata.normalize("NFKC", text)):
         tokens = _LATIN_NAME_TOKEN.findall(sentence)
         # In Chinese no Latin word starts the sentence; in capitals, capitals say nothing.
@@ -65,7 +75,7 @@ def word_set(text: str) -> frozenset[str]:
     latin = _LATIN_NAME_TOKEN.findall(folded)
     pieces = {p for w in latin for p in _LETTERS_OR_DIGITS.findall(w)}
     joined = {a + b for a, b in zip(latin, latin[1:], strict=False)}
-    return frozenset(_NAME_TOKEN.findall(folded)) | frozenset(latin) | pieces | joined
+    return frozenset(_NAME_TOKEN.findall(folded)) | frozenset(latin) | pieces | joined | frozenset(_cjk_numbers(text))
 
 
 def names_agree(a: str, b: str) -> bool:
@@ -94,7 +104,8 @@ _FUNCTION_WORDS_EN = frozenset(
     """now currently still also always often usually generally typically mostly mainly really quite very
     truly actually definitely certainly especially particularly lately nowadays these days much""".split()
 )
-_FUNCTION_WORDS_CJK = ("大多数时候", "大部分时候", "大部分时间", "说实话", "基本上", "一般来说", "平常", "平时", "一般",
+_FUNCTION_WORDS_CJK = ("大多数时候", "大部分时候", "大部分时间", "说实话", "基本上", "一般来说", "平常", "平时", "一般", "一向", "向来",
+                       "始终",
                        "主要", "目前", "现在", "比较", "有点", "真的", "非常", "特别", "总是", "经常", "常常", "通常",
                        "往往", "一直", "其实", "确实", "基本", "大多", "挺", "蛮", "很", "也", "都", "还", "就", "的",
                        "了", "着", "吧", "呢", "啊", "呀", "啦", "哦", "嘛", "呗", "哈", "哟", "咯", "是",
@@ -103,16 +114,25 @@ _FUNCTION_WORDS_CJK = ("大多数时候", "大部分时候", "大部分时间", 
 
 
 # Chinese wordings that say the same with other characters, folded before comparing: "名叫" and
-# "叫做" are "叫" (is called); "我家的" (my household's) is "我的" for a pet, a car or a child.
-_CJK_EQUIVALENTS = (("我家的", "我的"), ("名叫", "叫"), ("叫做", "叫"), ("是一名", "是"), ("是一位", "是"), ("是个", "是"))
+# "叫做" are "叫" (is called); "我家的" (my household's) is "我的" for a pet, a car or a child;
+# "俩" and "仨" are "两个" and "三个" run together.
+_CJK_EQUIVALENTS = (("我家的", "我的"), ("名叫", "叫"), ("叫做", "叫"), ("俩", "两个"), ("仨", "三个"))
+# "是一名老师", "是个老师", "是辆电动车": one of a kind said with its measure word is "是".
+_CJK_ONE_OF = re.compile(r"(是|有)一?(?:个|名|位|辆|只|台|部|条|本|家|套|件|座|所)")
 # The user in the third person is the user in the first: "用户是左撇子" and "我是左撇子".
 _CJK_SUBJECT = (("用户的", "我的"), ("用户", "我"))
 
 
+def _cjk_folded(text: str) -> str:
+    for variant, plain in _CJK_EQUIVALENTS:
+        text = text.replace(variant, plain)
+    return text
+
+
 def without_function_words(text: str) -> str:
     """The text, normalised, with possessive 's and the function words of both languages taken out."""
-    lowered = normalize(text).replace("’", "'").replace("'s ", " ")
-    for variant, plain in (*_CJK_EQUIVALENTS, *_CJK_SUBJECT):
+    lowered = _CJK_ONE_OF.sub(r"\1", _cjk_folded(normalize(text).replace("’", "'").replace("'s ", " ")))
+    for variant, plain in _CJK_SUBJECT:
         lowered = lowered.replace(variant, plain)
     for word in _FUNCTION_WORDS_CJK:
         lowered = lowered.replace(word, " ")
@@ -125,13 +145,15 @@ _LY_KEPT = frozenset("family supply reply ally belly jelly lily rally bully fly 
 
 
 def content_sequence(text: str) -> list[str]:
-    """The words (Snowball stems) and CJK characters that say what a statement is about, in order."""
+    """The words (Snowball stems) and CJK characters that say what a statement is about, in order.
+    A negated auxiliary ("doesn't", "don't") says nothing of the topic: negation is compared apart
+    (`agent_memory.stance`)."""
     capitalised = {w.lower() for w in _CONTENT_TOKEN.findall(unicodedata.normalize("NFKC", text)) if w[:1].isupper()}
     words: list[str] = []
     for token in _CONTENT_TOKEN.findall(without_function_words(text)):
         if _CJK_CHAR.match(token):
             words.append(token)
-        elif token not in ENGLISH_STOPWORDS and token not in _FUNCTION_WORDS_EN and not (
+        elif token not in ENGLISH_STOPWORDS and token not in _FUNCTION_WORDS_EN and not token.endswith("n't") and not (
             token.endswith("ly") and token not in _LY_KEPT and token not in capitalised
         ):
             words.append(token)
@@ -210,6 +232,7 @@ _POSSESSIVES = frozenset("my our her his their 我 我们 她 他".split())
 _THE_USER = frozenset("user me my she her he him they them".split())
 _ROLE_NOISE = frozenset("a an the 的 了 着 过 啦 呀 吧 呢 啊 哦 嘛 个".split())
 _ROLE_TOKEN = re.compile(f"[{CJK_RANGES}]+|[^\\W_{CJK_RANGES}]+", re.UNICODE)
+_KIN_DOUBLED = re.compile(r"^([爸妈哥姐弟妹叔舅])\1$")
 
 
 def role_tokens(text: str) -> tuple[str, ...]:
@@ -221,7 +244,8 @@ def role_tokens(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for token in _ROLE_TOKEN.findall(folded):
         if _CJK_CHAR.match(token):
-            out.extend(w for w in chinese_words(token) if w not in _ROLE_NOISE)
+            # "爸爸" is "爸": a relation said twice over is one word for `is_person_word`.
+            out.extend(_KIN_DOUBLED.sub(r"\1", w) for w in chinese_words(token) if w not in _ROLE_NOISE)
         elif token not in _ROLE_NOISE:
             out.append(token)
     # "the user's cousin", "my husband", "我哥": the person, not the user, whose relation it is.
@@ -233,7 +257,8 @@ def role_tokens(text: str) -> tuple[str, ...]:
     for i, stem in zip(latin, stem_words([out[i] for i in latin]), strict=True):
         # A statement in memory is about the user: "she", "her" and "them" are the user.
         out[i] = "i" if stem in _THE_USER else stem
-    return tuple(out)
+    # So are "他" and "她" where no relation follows ("用户的爸爸比他高": taller than the user).
+    return tuple("我" if w in ("他", "她") else w for w in out)
 
 
 # Prepositions, and the words that mark a role in Chinese: each moves with its object, and which
@@ -257,6 +282,29 @@ def _role_units(tokens: Sequence[str]) -> list[str]:
             out.append(tokens[k])
             k += 1
     return out
+
+
+# What a preposition says of its object: where from, where to, or where.
+_RELATION_KIND = {"from": "origin", "从": "origin", "to": "goal", "into": "goal", "到": "goal", "向": "goal",
+                  "in": "place", "at": "place", "on": "place", "在": "place"}
+
+
+def _relations(tokens: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for unit in _role_units(tokens):
+        preposition, _, obj = unit.partition(":")
+        if obj and preposition in _RELATION_KIND:
+            out.setdefault(obj, _RELATION_KIND[preposition])
+    return out
+
+
+def changes_relation(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether a word both statements give a preposition is, in each, the object of another kind
+    of preposition: "works in Lagos" and "is from Lagos", "moved to Oslo" and "lives in Oslo" say
+    two things of one place. ("goes to the gym on Mondays" and "on Mondays goes to the gym" keep
+    each object's preposition.)"""
+    kinds_b = _relations(b)
+    return any(kinds_b.get(obj, kind) != kind for obj, kind in _relations(a).items())
 
 
 def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:

@@ -239,6 +239,21 @@ def test_second_run_is_a_no_op_even_after_recalls(service: MemoryService, clock:
                      for i, r in snapshot.items()}
 
 
+def _dry_run(service: MemoryService, pairs: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Store the pairs' texts for one user; the ids by text, and `consolidate --dry-run`'s plan."""
+    texts = [t for pair in pairs for t in pair]
+    ids = dict(zip(texts, service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts]).ids,
+                   strict=True))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["consolidate", "--dry-run", "--engine", "local", "--storage-uri", service.settings.storage.uri])
+    return ids, json.loads(out.getvalue())
+
+
+def _merged_pairs(plan: dict[str, Any]) -> set[frozenset[str]]:
+    return {frozenset([c["canonical"]["id"], *(m["id"] for m in c["merged"])]) for c in plan["cluster_detail"]}
+
+
 def test_reordered_and_reworded_chinese_merges_and_swapped_roles_never_do(service: MemoryService, clock: Clock) -> None:
     same = [("用户主要使用 Python 进行开发。", "用户开发主要使用 Python。"),
             ("我对花生和芒果过敏。", "我对芒果和花生过敏。"),
@@ -249,15 +264,8 @@ def test_reordered_and_reworded_chinese_merges_and_swapped_roles_never_do(servic
                ("The user moved from Berlin to Munich.", "The user moved from Munich to Berlin."),
                ("同事向用户借了钱。", "用户向同事借了钱。"),
                ("My husband cooks and I do the dishes.", "I cook and my husband does the dishes.")]
-    texts = [t for pair in same + swapped for t in pair]
-    ids = dict(zip(texts, service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts]).ids,
-                   strict=True))
-    out = io.StringIO()
-    with redirect_stdout(out):
-        main(["consolidate", "--dry-run", "--engine", "local", "--storage-uri", service.settings.storage.uri])
-    plan = json.loads(out.getvalue())
-    merged = {frozenset([c["canonical"]["id"], *(m["id"] for m in c["merged"])]) for c in plan["cluster_detail"]}
-    assert merged == {frozenset((ids[a], ids[b])) for a, b in same}
+    ids, plan = _dry_run(service, same + swapped)
+    assert _merged_pairs(plan) == {frozenset((ids[a], ids[b])) for a, b in same}
     # The dry run shows, for each pair it looked at, the signals that decided it.
     signals = {frozenset((p["a"]["id"], p["b"]["id"])): p for p in plan["pair_detail"]}
     for a, b in swapped:
@@ -518,3 +526,18 @@ def test_ray_data_job_submitted_to_the_cluster(service: MemoryService, clock: Cl
     assert memories_of(service)[ids["I like Python"]].status == "active"
     job = service.store.get_job(OrgScope("__system__"), job_id(run.run_id))
     assert job is not None and job["state"] == "succeeded" and job["report"]["clusters"] == 5
+
+
+def test_restatements_merge_and_other_relations_aspects_and_numbers_stay_apart(service: MemoryService, clock: Clock) -> None:
+    same = [("The user doesn't drink soda.", "I really don't drink soda."),  # persons mixed, a negated auxiliary
+            ("我有俩哥哥。", "我有两个哥哥。"),  # 俩 is 两个
+            ("用户是个程序员。", "用户是名程序员。"),  # a measure word after 是
+            ("我骑自行车上班。", "我一向骑自行车上班。")]  # a qualifier
+    apart = [("My sister lives in Porto.", "My sister is from Porto."),  # another relation to one place
+             ("I played chess until last year.", "I've been playing chess since last year."),  # since: still so
+             ("I studied Spanish last semester.", "I'm studying Spanish this semester."),
+             ("The user is still renovating the kitchen.", "The user has already renovated the kitchen."),
+             ("用户每月工资八千二。", "用户每月工资二千八。"),  # numbers in Chinese numerals
+             ("用户比他妈妈高。", "用户的妈妈比他高。")]  # 他 is the user
+    ids, plan = _dry_run(service, same + apart)
+    assert _merged_pairs(plan) == {frozenset((ids[a], ids[b])) for a, b in same}

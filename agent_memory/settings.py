@@ -246,7 +246,7 @@ class RecallSettings(Group):
     weight_recency: float = Field(0.08, ge=0, description="Weight of recency.")
     weight_importance: float = Field(0.07, ge=0, description="Weight of importance.")
     recency_half_life_days: float = Field(180.0, gt=0, description="Half-life of the recency signal.")
-    semantic_scale: float = env("recall_semantic_scale", 0.5, ge=0, le=1,
+    semantic_scale: float = env("recall_semantic_scale", 0.4, ge=0, le=1,
                                 description="Cosine is scaled to the pool's best, but to at least this cosine.")
     keyword_scale: float = env("recall_keyword_scale", 0.5, ge=0, le=5,
                                description="BM25 is scaled to the pool's best, but to at least this share of the query's idf mass.")

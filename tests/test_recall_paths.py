@@ -66,7 +66,9 @@ def test_a_user_over_the_scan_limit_is_recalled_through_the_indexes(
         for query in QUERIES:
             want = service.recall("acme", {"user_id": "u1", "query": query}).memories
             got = small.recall("acme", {"user_id": "u1", "query": query}).memories
-            assert [(h.id, h.score) for h in got] == [(h.id, h.score) for h in want], query
+            # The same hits in the same order; scores equal but for float32 rounding of the two paths' cosines.
+            assert [h.id for h in got] == [h.id for h in want], query
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5), query
         assert ("acme", "u1") in small.store.recall.large_scopes
     finally:
         small.close()

@@ -160,13 +160,13 @@ _ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|换成|�
                          r"不用[^，。]{1,8}了|还是算了")
 _ZH_WEAK_RETRACT = re.compile(r"以后都|现在只|现在改|现在都|现在|最近|能接受|开始")
 # "日语先不学了", "Vue 基本不碰了": a habit dropped, its object said first, the speaker left out.
-_ZH_DROPPED_HABIT = re.compile(r"^[^，。]{1,8}?(?:基本|已经|早就|都|也|就|先|暂时|再也)?不(?:碰|用|喝|吃|玩|看|去|学|练|跑|坐|开)了")
+_ZH_NO_MORE = r"(?:基本|已经|早就|都|也|就|先|暂时|再也)?不(?:碰|用|喝|吃|玩|看|去|学|练|跑|坐|开)了"
+_ZH_DROPPED_HABIT = re.compile(r"^[^，。]{1,8}?" + _ZH_NO_MORE)
 # "坚持不下去了" says it could not go on, not what it no longer does.
 _ZH_OLD = re.compile(r"(?:不再|已经不|不(?!下去|起|动|到|住|过|完))(?:喜欢)?(?:用|喝|吃|玩|做|学|去|住|坐|选)?(?P<old>[^，。；！？了]{2,14})了|戒了(?P<old2>[^，。；！？]{1,8})"
                      r"|从(?P<old3>[^，。；！？]{1,12}?)(?:换成|改成|换到|转到|改用|切换到|搬到)"
                      # The object said first: "Vue 基本不碰了", "奶茶已经不喝了".
-                     r"|(?:^|[，,\s])(?P<old4>[A-Za-z][\w+#.]*|[^，。；！？\s]{2,6}?)\s*(?:基本|已经|早就|都|也|就|先|暂时|再也)?"
-                     r"不(?:碰|用|喝|吃|玩|看|去|学|练|跑|坐|开)了")
+                     r"|(?:^|[，,\s])(?P<old4>[A-Za-z][\w+#.]*|[^，。；！？\s]{2,6}?)\s*" + _ZH_NO_MORE)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ again over the same messages adds nothing and records no new decision.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -48,7 +47,7 @@ from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalise
 from agent_memory.service import MemoryService, group_sessions
 from agent_memory.stance import persons
 from agent_memory.store import RecallFilter
-from agent_memory.text import CJK_RANGES, keyword_text, lexical_similarity
+from agent_memory.text import cjk_share, keyword_text, lexical_similarity
 from agent_memory.wording import content_terms, topic_words
 
 log = logging.getLogger(__name__)
@@ -160,9 +159,6 @@ def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: 
     return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), normalised(content))
 
 
-_CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
-
-
 def _meta(record: MemoryRecord, key: str) -> Any:
     return (record.metadata or {}).get(key)
 
@@ -192,7 +188,7 @@ def _states(old: str, asserted: str) -> bool:
     if old_n in asserted:
         return True
     words = content_terms(old_n)
-    return bool(words) and not any(_CJK_CHAR.match(w) for w in words) and words <= content_terms(asserted)
+    return bool(words) and not cjk_share(old_n) and words <= content_terms(asserted)
 
 
 class _Decider:

@@ -155,7 +155,7 @@ class RecallScan:
             "use_index": scope.user_id is None,
         }
         result = self.snapshot().to_table(
-            columns=CANDIDATE_COLUMNS, filter=self.recall_where(scope, recall_filter).render(),
+            columns=[*CANDIDATE_COLUMNS, "_distance"], filter=self.recall_where(scope, recall_filter).render(),
             prefilter=True, nearest=nearest,
         )
         return candidates(result, lambda distance: 1.0 - distance, "_distance")
@@ -166,7 +166,7 @@ class RecallScan:
             return []
         query = " ".join(dict.fromkeys(keywords.split()))  # 绿茶 is both a bigram and a word of 绿茶
         result = self.snapshot().to_table(
-            columns=CANDIDATE_COLUMNS, filter=self.recall_where(scope, recall_filter).render(),
+            columns=[*CANDIDATE_COLUMNS, "_score"], filter=self.recall_where(scope, recall_filter).render(),
             prefilter=True, full_text_query={"query": query, "columns": ["keywords"]}, limit=limit,
         )
         return candidates(result, float, "_score")

@@ -50,7 +50,7 @@ _PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象",
                      "孩子", "爸", "妈", "父亲", "母亲", "父母", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆",
                      "叔", "阿姨", "舅", "朋友", "同事", "室友", "邻居", "老板", "领导", "组长", "同学", "家人", "亲戚",
                      "闺蜜", "队友", "别人", "他", "她", "婆婆", "公公", "岳父", "岳母", "丈母娘", "儿媳", "女婿", "孙子",
-                     "孙女")
+                     "孙女", "公婆", "嫂子", "姑姑", "侄子", "侄女", "外甥", "姥姥", "姥爷", "导师")
 
 # When a fact holds, or whether it is one: a past habit, a wish or a plan states something else
 # than the present fact ("used to have a Pixel", "我想买一辆特斯拉"). Each class is one mark, so
@@ -60,10 +60,13 @@ _MODALITY_MARKS = {
              r"\blast (?:year|month|week|semester|term|season|summer|winter|spring|fall|autumn|weekend|night)\b",
              r"\bno longer\b", r"\bany ?more\b", r"\bin the past\b", r"\bback then\b", r"\bonce\b",
              r"\bas a (?:kid|child|teen(?:ager)?|student)\b", r"\bwhen (?:i|he|she|they|the user) was\b",
-             r"\b(?:was|were)\b(?! born\b)", r"\bhad\b(?! to\b)", r"\bgrew up\b", r"\bquit\b", r"\bgave up\b",
+             r"\b(?:was|were)\b(?! born\b)", r"(?<!\bhave )(?<!\bhas )(?<!'ve )\bhad\b(?! to\b)", r"\bgrew up\b",
+             r"\bquit\b", r"\bgave up\b", r"\b(?:until|till)\b",
+             # "去过", "学过三年": what was once done (not "过敏", "不过", "难过", "过年").
+             "(?<=[去来学做用吃喝住玩看养开干当上待呆练见到])过(?![敏年节期日分来去])",
              "以前", "曾经", "曾", "过去", "去年", "从前", "小时候", "之前", "原来", "本来", "当年", "那时", "上学时",
              "读书时", "年轻时"),
-    "intent": (r"\bwants? to\b", r"\bwould (?:like|love) to\b", r"\bplans? to\b", r"\bplanning to\b",
+    "intent": (r"\bwant(?:s|ed)?\b", r"\bwould (?:like|love) to\b", r"\bplans? to\b", r"\bplanning to\b",
                r"\bthinking (?:about|of)\b", r"\bconsidering\b", r"\bhopes? to\b", r"\bhoping to\b", r"\bwish(?:es)?\b",
                r"\bintends? to\b", r"\bgoing to (?!the\b|a\b|an\b|work\b|school\b|bed\b)", r"\bmight\b", r"\bmaybe\b",
                r"\bwill\b", r"\b(?:i|he|she|they)'ll\b", r"\bsomeday\b", r"\bone day\b", r"\bdreams? of\b",
@@ -105,9 +108,14 @@ def persons(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+# A short Chinese word that ends in one of these names a relative or a friend: "表哥", "二姨", "网友".
+_KIN_ENDINGS = ("哥", "姐", "弟", "妹", "爸", "妈", "叔", "姨", "舅", "友")
+
+
 def is_person_word(word: str) -> bool:
-    """Whether one word (English, lower-case, or Chinese) names a relation: "husband", "哥", "同事"."""
-    return word in _PERSON_WORDS_EN or word in _PERSON_WORDS_CJK or word in _IN_LAWS
+    """Whether one word (English, lower-case, or Chinese) names a relation: "husband", "表哥", "同事"."""
+    return (word in _PERSON_WORDS_EN or word in _PERSON_WORDS_CJK or word in _IN_LAWS
+            or (len(word) <= 3 and word.endswith(_KIN_ENDINGS)))
 
 
 def names_person_first(text: str) -> bool:
@@ -115,8 +123,8 @@ def names_person_first(text: str) -> bool:
     return text.startswith(_PERSON_WORDS_CJK) and not text.startswith(_NOT_PERSON_CJK)
 
 
-# What began in the past and holds now is present: "since last year", "从去年开始", "去年起".
-_ONGOING = re.compile(r"\bsince (?:last \w+|\w+ (?:\w+ )?ago)\b|(?:自从|从|自)(?:去年|以前|之前)(?:开始|起)?"
+# What began in the past and holds now is present: "since last year", "since May", "从去年开始", "去年起".
+_ONGOING = re.compile(r"\bsince (?:last \w+|\w+ (?:\w+ )?ago|\w+)\b|(?:自从|从|自)(?:去年|以前|之前)(?:开始|起)?"
                       r"|去年(?:开始|起)")
 
 

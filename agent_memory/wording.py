@@ -31,6 +31,19 @@ _NAME_TOKEN = re.compile(rf"[^\W_]+{_SIGNED}", re.UNICODE)
 _LATIN_NAME_TOKEN = re.compile(rf"[^\W_{CJK_RANGES}]+{_SIGNED}", re.UNICODE)
 _SENTENCE_END = re.compile(r"[.!?。！？;；:：]\s*|\n")
 
+# English contractions spelt out ("I've got" is "I have got"); "n't" stays, for negation is compared apart.
+_CONTRACTION = re.compile(r"(?<=[a-z])'(ve|m|re|ll|d)\b")
+_CONTRACTED = {"ve": " have", "m": " am", "re": " are", "ll": " will", "d": " would"}
+# A digit group's comma ("$1,800") is no separator of two numbers.
+_DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def folded(text: str) -> str:
+    """NFKC, lower case, one apostrophe, contractions spelt out and digit groups joined: what
+    every comparison of wording starts from."""
+    lowered = _DIGIT_GROUP.sub("", normalize(text).replace("’", "'"))
+    return _CONTRACTION.sub(lambda m: _CONTRACTED[m.group(1)], lowered)
+
 
 # A number in Chinese numerals: two numeral characters or more ("五千四", "十二"), or one before
 # what it counts ("三年级", "两个"). One alone is mostly part of a word ("一直", "一般").
@@ -50,7 +63,7 @@ def names(text: str) -> frozenset[str]:
     left out because capitals there say nothing ("Italian cuisine is ...", "Every day, ...").
     """
     found = set(_cjk_numbers(text))
-    for sentence in _SENTENCE_END.split(unicodedata.normalize("NFKC", text)):
+    for sentence in _SENTENCE_END.split(_DIGIT_GROUP.sub("", unicodedata.normalize("NFKC", text))):
         tokens = _LATIN_NAME_TOKEN.findall(sentence)
         # In Chinese no Latin word starts the sentence; in capitals, capitals say nothing.
         first = 0 if _CJK_CHAR.search(sentence) else 1
@@ -71,11 +84,11 @@ def word_set(text: str) -> frozenset[str]:
 
     A name is spelt with or without its spaces ("Mate 60", "Mate60"): the letters and the digits of
     a word count apart, and two neighbouring words together."""
-    folded = unicodedata.normalize("NFKC", text).lower()
-    latin = _LATIN_NAME_TOKEN.findall(folded)
+    lowered = folded(text)
+    latin = _LATIN_NAME_TOKEN.findall(lowered)
     pieces = {p for w in latin for p in _LETTERS_OR_DIGITS.findall(w)}
     joined = {a + b for a, b in zip(latin, latin[1:], strict=False)}
-    return frozenset(_NAME_TOKEN.findall(folded)) | frozenset(latin) | pieces | joined | frozenset(_cjk_numbers(text))
+    return frozenset(_NAME_TOKEN.findall(lowered)) | frozenset(latin) | pieces | joined | frozenset(_cjk_numbers(text))
 
 
 def names_agree(a: str, b: str) -> bool:
@@ -115,8 +128,9 @@ _FUNCTION_WORDS_CJK = ("大多数时候", "大部分时候", "大部分时间", 
 
 # Chinese wordings that say the same with other characters, folded before comparing: "名叫" and
 # "叫做" are "叫" (is called); "我家的" (my household's) is "我的" for a pet, a car or a child;
-# "俩" and "仨" are "两个" and "三个" run together.
-_CJK_EQUIVALENTS = (("我家的", "我的"), ("名叫", "叫"), ("叫做", "叫"), ("俩", "两个"), ("仨", "三个"))
+# "俩" and "仨" are "两个" and "三个" run together; "正在减肥" is "在减肥".
+_CJK_EQUIVALENTS = (("我家的", "我的"), ("我家", "我的"), ("名叫", "叫"), ("叫做", "叫"), ("俩", "两个"), ("仨", "三个"),
+                    ("正在", "在"))
 # "是一名老师", "是个老师", "是辆电动车": one of a kind said with its measure word is "是".
 _CJK_ONE_OF = re.compile(r"(是|有)一?(?:个|名|位|辆|只|台|部|条|本|家|套|件|座|所)")
 # The user in the third person is the user in the first: "用户是左撇子" and "我是左撇子".
@@ -131,7 +145,7 @@ def _cjk_folded(text: str) -> str:
 
 def without_function_words(text: str) -> str:
     """The text, normalised, with possessive 's and the function words of both languages taken out."""
-    lowered = _CJK_ONE_OF.sub(r"\1", _cjk_folded(normalize(text).replace("’", "'").replace("'s ", " ")))
+    lowered = _CJK_ONE_OF.sub(r"\1", _cjk_folded(folded(text).replace("'s ", " ")))
     for variant, plain in _CJK_SUBJECT:
         lowered = lowered.replace(variant, plain)
     for word in _FUNCTION_WORDS_CJK:
@@ -238,11 +252,11 @@ _KIN_DOUBLED = re.compile(r"^([爸妈哥姐弟妹叔舅])\1$")
 def role_tokens(text: str) -> tuple[str, ...]:
     """A statement's words in order (English stems, Chinese dictionary words), for `swaps_roles`:
     the first person and "the user" are one word, as they are one person."""
-    folded = normalize(text).replace("’", "'").replace("'s ", " 's ")
+    text = folded(text).replace("'s ", " 's ")
     for variant, plain in _CJK_SUBJECT:
-        folded = folded.replace(variant, plain)
+        text = text.replace(variant, plain)
     out: list[str] = []
-    for token in _ROLE_TOKEN.findall(folded):
+    for token in _ROLE_TOKEN.findall(text):
         if _CJK_CHAR.match(token):
             # "爸爸" is "爸": a relation said twice over is one word for `is_person_word`.
             out.extend(_KIN_DOUBLED.sub(r"\1", w) for w in chinese_words(token) if w not in _ROLE_NOISE)
@@ -328,18 +342,19 @@ def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
         other = objects_b.get(preposition)
         if other and other != obj and obj in words_b and other in words_a:
             return True
-    # A preposition's phrase moves freely ("in Boston, I work ..."): only the bare words cross.
-    pos_a = {w: k for k, w in enumerate(units_a) if units_a.count(w) == 1 and ":" not in w}
-    pos_b = {w: k for k, w in enumerate(units_b) if units_b.count(w) == 1 and ":" not in w}
+    # A preposition's phrase moves freely ("in Boston, I work ..."): only the bare words cross,
+    # each where it first stands ("I gave my brother my old laptop"). A phrase both keep may be
+    # what they cross ("我爸在教我" and "我在教我爸").
+    pos_a, pos_b = _first_positions(units_a), _first_positions(units_b)
     shared = [w for w in pos_a if w in pos_b]
-    if len(shared) < 3:
+    if len([w for w in shared if ":" not in w]) < 3:
         return False
     for pivot in shared:
-        if pivot in _SYMMETRIC:
+        if pivot in _SYMMETRIC or (":" in pivot and (units_a.count(pivot) > 1 or units_b.count(pivot) > 1)):
             continue
         left_to_right = right_to_left = False
         for word in shared:
-            if word == pivot or word in _SYMMETRIC:
+            if word == pivot or word in _SYMMETRIC or ":" in word:
                 continue
             left_a, left_b = pos_a[word] < pos_a[pivot], pos_b[word] < pos_b[pivot]
             left_to_right |= left_a and not left_b
@@ -347,6 +362,13 @@ def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
         if left_to_right and right_to_left:
             return True
     return False
+
+
+def _first_positions(units: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k, unit in enumerate(units):
+        out.setdefault(unit, k)
+    return out
 
 
 # -- order-free lexical similarity, for texts the model cannot read -------------------------------

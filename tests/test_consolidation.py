@@ -541,3 +541,21 @@ def test_restatements_merge_and_other_relations_aspects_and_numbers_stay_apart(s
              ("用户比他妈妈高。", "用户的妈妈比他高。")]  # 他 is the user
     ids, plan = _dry_run(service, same + apart)
     assert _merged_pairs(plan) == {frozenset((ids[a], ids[b])) for a, b in same}
+
+
+def test_contractions_digit_groups_and_aspect_words_merge_while_roles_and_time_frames_stay_apart(
+    service: MemoryService, clock: Clock
+) -> None:
+    same = [("My rent is $1,800 a month.", "My rent is $1800 a month."),  # a digit group's comma
+            ("I've been to Iceland twice.", "I have been to Iceland twice."),  # a contraction
+            ("我正在减肥呢。", "我在减肥。"),  # 正在 is 在
+            ("我家狗叫豆豆。", "我家的狗叫豆豆。")]  # 我家 is 我家的
+    apart = [("I had a Peloton subscription until May.", "I've had a Peloton subscription since May."),
+             ("I've had a PS5 for ages.", "I've wanted a PS5 for ages."),  # a wish
+             ("My brother gave me his old laptop.", "I gave my brother my old laptop."),  # giver and receiver
+             ("我爸在教我用微信。", "我在教我爸用微信。"),
+             ("我表哥雇了我。", "我雇了我表哥。"),
+             ("我上了两年夜班了。", "我上过两年夜班。"),  # 过: once, not still
+             ("用户的房贷在招商银行。", "用户公婆的房贷在招商银行。")]  # the in-laws'
+    ids, plan = _dry_run(service, same + apart)
+    assert _merged_pairs(plan) == {frozenset((ids[a], ids[b])) for a, b in same}

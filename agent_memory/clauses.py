@@ -35,6 +35,7 @@ _CJK = re.compile(f"[{CJK_RANGES}]")
 _EN_OPENERS = re.compile(
     r"^(?:(?:oh|well|also|and|but|so|actually|honestly|btw|fyi|ngl|tbh|lol|haha|ok(?:ay)?|yeah|plus|anyway|"
     r"just so you know|for context|heads up|for the record|small change|one correction|plot twist(?: though)?|"
+    r"(?:the )?(?:problem|thing|fact|catch) is|even though|although|because|while|whereas|"
     r"(?:big |good |bad |some )?news|"
     r"i should update you|update|i (?:always |usually )?(?:think|guess|suppose|feel like)|"
     r"just wanted to (?:say|let you know)(?: that)?)"
@@ -69,13 +70,15 @@ _EN_PASSING = re.compile(
     r"(?:[\s!.~,]+(?:thanks?|ty|thx|lol|haha)\b)*[\s!.~,]*$"
     r"|^just wanted to (?:share|say hi|check)|\bi (?:know|see|agree|hope so|forgot)\b|\bi (?:always |usually |often )?forget\b|"
     r"^i'?m (?:tired|bored|hungry|sorry|fine|good|done|back|here|not sure|curious)[\s.!]*$|\bdid (?:u|you) see\b|"
-    r"\bi'?m (?:\w+ )?(?:panicking|obsessed|stressed|freaking out|nervous|excited|so happy)\b|"
+    r"\bi'?m (?:\w+ )?(?:panicking|obsessed|stressed|freaking out|nervous|excited|so happy|gutted|wrecked|exhausted|"
+    r"devastated|heartbroken|shattered|knackered|drained|annoyed|frustrated|upset|worried|scared|relieved|overwhelmed)\b|"
+    r"\bnever (?:\w+ )?understood\b|^not (?:my|me)\b|\b(?:is|are) (?:a |an |an absolute |such a )?(?:nightmare|pain|joke)\b|\bi (?:get it|just want)\b|\bseems? (?:\w+ )?(?:better|worse|fine|ok|okay|good)\b|"
     r"^i'?m [^,.;]{0,30}\b(?:today|tonight|this week|right now|at the moment)\b|"
     r"\bi (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|\bsounds (?:good|great)\b",
     re.IGNORECASE,
 )
 _ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|可以|没事)[\s，,。！!~～]*$|^谢谢|好累|好冷|好热|好困|饿了|累死|哈哈哈|"
-                         r"先不用了|问题解决了|可惜|"
+                         r"先不用了|问题解决了|可惜|[疼累困饿烦热冷忙]死了|^马上[^，。]{1,8}了|"
                          r"我在想|我猜|心情|^(?:今天|今晚|这周|这几天)")
 
 # The user as subject. English: I, I'm, my <thing> (not a person), we/our for the user's team.
@@ -84,7 +87,8 @@ _EN_MY = re.compile(r"^(?:my|our)\s+(\w[\w-]*)(?:\s+(\w[\w-]*))?", re.IGNORECASE
 _EN_SUBJECTLESS = re.compile(
     r"^(?:prefer|love|like|hate|can'?t stand|addicted|allergic|vegetarian|vegan|been|have been|playing|working|living|"
     r"going|doing|using|drinking|eating|not doing|no more|done with|moving|switching|booking|planning|heading|flying|"
-    r"changed my mind|scratch that|been meaning|quit|gave up|stopped|uninstalled|deleted|cancell?ed|ditched|dropped|switched)\b",
+    r"changed my mind|scratch that|been meaning|quit|gave up|stopped|uninstalled|deleted|cancell?ed|ditched|dropped|switched|"
+    r"got diagnosed|diagnosed|started|began|joined|graduated|adopted)\b",
     re.IGNORECASE,
 )
 # Who the speaker is, said the chat way: "single dad of a 4-year-old here", "backend dev here".
@@ -97,7 +101,7 @@ _ZH_TIME_LEAD = re.compile(r"^(?:(?:下|上|这|本)(?:个)?(?:周|星期|礼拜
                            r"[0-9一二三四五六七八九十]+月[0-9一二三四五六七八九十]+[号日]|[（(][^）)]{0,12}[）)]|\s)+")
 # What the speaker would like to do, said to ask about it: "周末想带爸妈去周边转转，有什么推荐？".
 # How things are at the moment, said to explain a request: "跑完膝盖有点酸", "最近突然有点挑食".
-_ZH_STATE = re.compile(r"有点|有些|突然|老是|好[疼痛累烦酸难]")
+_ZH_STATE = re.compile(r"有点|有些|突然|老是|最近总|好[疼痛累烦酸难]")
 _EN_STATE = re.compile(r"\b(?:a bit|kinda|kind of|lately|keeps?|suddenly)\b", re.IGNORECASE)
 # A plan or a habit has a when: "下周去上海出差", "周六上午去游泳", "flying out tomorrow".
 _ZH_PLAN = re.compile(r"下(?:周|星期|礼拜|个月)|明天|后天|明年|周[一二三四五六日天末]|星期|礼拜|每|[上下中]午|晚上|早上|傍晚|凌晨|夜里|"
@@ -107,7 +111,7 @@ _EN_PLAN = re.compile(r"\b(?:tomorrow|tonight|next \w+|on (?:mon|tues|wednes|thu
 _EN_WISH = re.compile(r"\b(?:i want to|i wanna|i'?m hoping to|i'?m thinking (?:of|about))\b", re.IGNORECASE)
 _ZH_WISH = re.compile(r"^[^，。]{0,4}?(?:想|打算|希望)(?![念法])")
 _EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
-_ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面)")
+_ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面|楼下|楼上|隔壁|对面)")
 # Chinese drops the subject: a clause that says when or how often, or how things changed, is
 # the speaker's when nobody else is named.
 _ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|"
@@ -122,7 +126,8 @@ _EN_INSTRUCTION = re.compile(
     r"\b(?:whenever you|every time you|when you (?:give|write|send|answer|reply|make|suggest|draft)|"
     r"in (?:your|all your|future) (?:answers|replies|responses)|from now on|going forward|for future (?:stuff|reference)|"
     r"(?:always|never|don'?t ever|do not ever) (?:use|add|include|write|send|give|call|schedule|book|suggest|mention|reply|answer))\b"
-    r"|\bno \w+(?: \w+)? please\b"
+    r"|\bno \w+(?: \w+)? please\b|\b(?:can|could|would) you (?:please )?stop \w+ing\b"
+    r"|\b(?:when|whenever) i (?:paste|send|share|ask|give you|forward)\b[^.?!]*\b(?:just |only |always )?(?:give|show|send|use|reply|answer|keep)\b"
     r"|^(?:please )?(?:use|write|answer|reply|respond|keep|give|talk|speak|call|format)\b.*\b(?:always|every time|from now on)\b",
     re.IGNORECASE,
 )
@@ -155,7 +160,7 @@ _EN_OLD = re.compile(
     r"(?P<old>(?![\w .+#'-]*\b(?:that|it|this|them|those)\b)(?!the moon\b)(?!(?:lol|haha|lmao|tbh|ngl)\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
     re.IGNORECASE,
 )
-_ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
+_ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|退了|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
                          r"改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打)|卖了|卖掉了|"
                          r"不用[^，。]{1,8}了|还是算了")
 _ZH_WEAK_RETRACT = re.compile(r"以后都|现在只|现在改|现在都|现在|最近|能接受|开始")
@@ -179,7 +184,16 @@ class Reading:
 
 
 # "16:8 made me cranky so i switched to 14:10": "so", "but" or "then" before "I" starts a clause of its own.
-_EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then)\s+i\b|and\s+i(?:'m| am)\b)", re.IGNORECASE)
+# So does "and I" after a clause of three words or more ("Priya is vegan and I'm allergic to soy",
+# "... and honestly I've taken it since I was a kid"): "My wife and I" is one subject.
+# "even though I", "because I" start the user's clause after someone else's ("My manager keeps
+# booking 8am meetings even though I do school drop-off"); so does "so" after three words or more
+# ("i have IBS so low fodmap everything pls").
+_EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then|even though|although|because|while|whereas)\s+i\b"
+                        r"|and\s+(?:\w+ly\s+|also\s+)?i\b|so\s+(?!i\b))", re.IGNORECASE)
+
+
+_SHORT_JOIN = re.compile(r"and\b|so\s+(?!i\b)", re.IGNORECASE)
 
 
 def clauses(sentence: str) -> list[str]:
@@ -187,7 +201,20 @@ def clauses(sentence: str) -> list[str]:
     found = [m.group(0) for m in _CLAUSE.finditer(sentence) if m.group(0).strip(" ,，;；:：—–")]
     if is_chinese(sentence):
         return found
-    return [part for clause in found for part in _EN_JOINED.split(clause) if part.strip()]
+    out: list[str] = []
+    for clause in found:
+        parts: list[str] = []
+        for part in _EN_JOINED.split(clause):
+            if parts and not parts[-1].strip():
+                parts[-1] += part  # the space before "so", kept with it
+            else:
+                parts.append(part)
+        for k, part in enumerate(parts):
+            if k and _SHORT_JOIN.match(part) and len(parts[k - 1].split()) < 3:
+                out[-1] += part
+            else:
+                out.append(part)
+    return out
 
 
 def _bare(clause: str, zh: bool) -> str:
@@ -225,12 +252,33 @@ def asks(clause: str, zh: bool) -> bool:
     return bool(_EN_QUESTION.search(text) or _EN_REQUEST.search(text))
 
 
+_EN_SO_FRAGMENT = re.compile(r"^\s*so\s+(?:for|in|on|at|with|to|about|what|how|which|when)\b", re.IGNORECASE)
+# What someone says of the user is the user's: "医生说我血糖偏高", "my doctor says I'm anaemic".
+_ZH_REPORTED_SELF = re.compile(r"^[^，。我]{1,4}(?:说|讲|发现)我")
+_EN_REPORTED_SELF = re.compile(r"^(?:my )?(?:doctor|doc|dentist|gp|therapist|physio)\s+(?:says|said|thinks|told me)\s+(?:that\s+)?(?:i|my)\b",
+                               re.IGNORECASE)
+# Someone named as the subject: "Priya on my team is vegan", "Jess, my flatmate, keeps ...".
+_EN_NAMED_SUBJECT = re.compile(
+    r"^(?!(?:I|We|It|This|That|There)\b)[A-Z][a-z]+(?: [A-Z][a-z]+)?"
+    r"(?:(?:,[^,]{2,30},| (?:on|from|at|in) (?:my|our) \w+)\s+(?:is|was|has|had)\b"
+    r"|\s+(?:keeps|says|said|thinks|wants|loves|likes|hates|swears)\b)")
+# Whose role a word after "my" names: a relative ("mother-in-law") or someone at work ("my manager").
+_EN_ROLES = frozenset("manager supervisor director teacher tutor coach doctor dentist therapist landlord landlady client "
+                      "customer lead neighbour neighbor".split())
+
+
+def _names_person(word: str) -> bool:
+    word = word.removesuffix("'s")
+    parts = [word, word.removesuffix("s"), *word.split("-")]
+    return any(is_person_word(w) or w in _EN_ROLES for w in parts if w)
+
+
 def subject(clause: str, zh: bool) -> str:
     """Whose clause it is: "self", "other" (another person or thing named as subject) or "none"."""
     text = _bare(clause, zh)
     if zh:
         text = _ZH_TIME_LEAD.sub("", text) if _ZH_TIME_LEAD.sub("", text).startswith("我") else text
-        if _ZH_NAMES_RELATION.match(text) or text.startswith(("我和", "我跟")):
+        if _ZH_NAMES_RELATION.match(text) or text.startswith(("我和", "我跟")) or _ZH_REPORTED_SELF.match(text):
             return "self"
         if _zh_relative(text):
             return "other"
@@ -238,19 +286,23 @@ def subject(clause: str, zh: bool) -> str:
             return "self"
         return "other" if _ZH_OTHER_SUBJECT.match(text) else "none"
     text = _EN_LEAD.sub("", text) if _EN_SELF.match(_EN_LEAD.sub("", text)) else text
+    if _EN_SO_FRAGMENT.match(clause):
+        return "other"  # "I don't own a car, so for a weekend away, ...": the question's, not the user's
     if _EN_NAMES_RELATION.match(text) or _EN_WITH_ME.match(text):
         return "self"
+    if _EN_REPORTED_SELF.match(text):
+        return "self"
     mine = _EN_MY.match(text)
-    if mine and any(w and (is_person_word(w.lower()) or is_person_word(w.lower().removesuffix("s"))) for w in mine.groups()):
+    if mine and any(w and _names_person(w.lower()) for w in mine.groups()):
+        return "other"
+    first = text.split(maxsplit=1)[0].lower() if text.split() else ""
+    if _names_person(first) or _EN_NAMED_SUBJECT.match(text):
         return "other"
     if _EN_SELF.match(text):
         return "self"
     if _EN_SUBJECTLESS.match(text) or _EN_HERE.match(text):
         return "self"
     return "other" if _EN_OTHER_SUBJECT.match(text) else "none"
-
-
-_KIN_ENDINGS = ("哥", "姐", "弟", "妹", "爸", "妈", "叔", "姨", "舅", "友")
 
 
 def _zh_relative(text: str) -> bool:
@@ -262,7 +314,7 @@ def _zh_relative(text: str) -> bool:
     words = [w for w in chinese_words(text[:10]) if w != "的"]
     # After the user as possessor, the next words say whose; otherwise the first word does.
     named = words[1:3] if words[:1] and words[0] in ("我", "我们", "我家") else words[:1]
-    return any(is_person_word(w) or (len(w) <= 3 and w.endswith(_KIN_ENDINGS)) for w in named)
+    return any(is_person_word(w) for w in named)
 
 
 _EN_IRREGULAR_PAST = (
@@ -375,6 +427,21 @@ def _gives_reason(text: str, zh: bool, who: str) -> bool:
     return who == "none" and bool((_ZH_STATE if zh else _EN_STATE).search(text)) and not (_ZH_PLAN if zh else _EN_PLAN).search(text)
 
 
+# A condition: what follows it in the sentence would follow, and is not so.
+_EN_CONDITION = re.compile(r"^(?:if|suppose|supposing|imagine|say)\b", re.IGNORECASE)
+_ZH_CONDITION = re.compile(r"^[^，。]{0,3}?(?:如果|要是|假如|假设|万一|若是)")
+# Who the user is, said to frame a question: "As a nurse on night shifts, ...", "作为一个理发师，…".
+_EN_AS = re.compile(r"^(\s*)as (an? (?!kid\b|child\b|teen|baby\b|result\b|side\b|matter\b|rule\b)[^,]+)", re.IGNORECASE)
+_ZH_AS = re.compile(r"^(\s*)作为((?:一个|一名|一位)?[^，。]+)")
+
+
+def _as_self(clause: str, zh: bool) -> str:
+    """A clause that frames what follows with who the user is, said as the user's statement."""
+    if zh:
+        return _ZH_AS.sub(r"\1我是\2", clause)
+    return _EN_AS.sub(r"\1I'm \2", clause)
+
+
 def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | None:
     """The part of a sentence that is about the user, or None: clauses that are requests,
     questions, hypotheticals, passing talk or someone else's are left out, a phrase that leads
@@ -392,6 +459,9 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
     # moment ("跑完膝盖有点酸").
     reason_at: int | None = None
     for clause in clauses(sentence):
+        if (_ZH_CONDITION if zh else _EN_CONDITION).match(_bare(clause, zh)):
+            break  # "要是能中五百万，我第一件事就是…": the rest is what would follow
+        clause = _as_self(clause, zh)
         text = _bare(clause, zh)
         inline = None if zh else _EN_INLINE_CORRECTION.match(clause.strip())
         if inline and kept:
@@ -415,7 +485,9 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
         if _PURE_RETRACTION.match(text) or who == "self" or (
             who == "none" and (about_self or (zh and not other_seen and _zh_speaker_implied(text)))
         ):
-            kept.extend(leading if who == "self" else [])
+            # "With twin boys in school, my mornings ...": a phrase that leads into the clause (not
+            # one joined to it by "and": "Bringing a dish to a potluck and I have diabetes").
+            kept.extend(leading if who == "self" and not re.match(r"\s*and\b", clause, re.IGNORECASE) else [])
             if _gives_reason(text, zh, who):
                 reason_at = len(kept) if reason_at is None else reason_at
             elif who == "self":

@@ -215,7 +215,8 @@ RULES: tuple[Rule, ...] = (
          "semantic", 0.6, 0.8),
     Rule("zh.identity.family", _zh(r"我(?:家)?有(?:[^，。]{0,12}?)(?:孩子|女儿|儿子|双胞胎|宝宝)"), "semantic", 0.6, 0.8),
     Rule("zh.identity.diet", _zh(r"我(?:对(?P<value>[^，。]{1,8})过敏|吃素|不吃(?:辣|肉|海鲜|猪肉|牛肉)|是素食)"), "semantic", 0.8, 0.9),
-    Rule("zh.identity.name", _zh(r"我(?:叫|的名字是)(?P<value>[^，。；！？]{1,10})"), "semantic", 0.6, 0.85, _fixed("name")),
+    Rule("zh.identity.name", _zh(r"我(?:叫|的名字是)(?P<value>[^，。；！？]{1,10})|叫我(?P<called>[^，。；！？'‘’\"]{1,6}?)就(?:行|好|可以)"),
+         "semantic", 0.6, 0.85, lambda m: ("name", clean_value(m.group("value") or m.group("called")))),
     Rule("zh.project", _zh(r"(?:我|我们)(?:最近|现在|目前)?(?:在做|正在做|在开发|在写)[^，。]{1,20}?(?:项目|系统|应用|平台|小程序|服务)|(?:手上|手头|当前)的项目"),
          "semantic", 0.6, 0.8),
     # -- Chinese: preferences -------------------------------------------------------------------
@@ -255,8 +256,18 @@ _NOT_AN_ANSWER = re.compile(
 )
 # A point between digits is a decimal point ("0.01%"), not the end of a sentence.
 # What goes on as before: not what a change of mind replaces its old value with.
+# "Can you stop adding disclaimers?": asked, and meant for every answer to come.
+_STOP_ASKED = re.compile(r"\b(?:can|could|would) you (?:please )?stop\b", re.IGNORECASE)
+_BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
 _CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|还是|仍然|依然|继续")
-_SENTENCE = re.compile(r"(?:[^.!?。！？；;\n]|(?<=\d)\.(?=\d))+[.!?。！？；;]*")
+# An emoji ends a sentence as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").
+_EMOJI = "\U0001F300-\U0001FAFF\u2600-\u27BF"
+_SENTENCE = re.compile(rf"(?:[^.!?。！？；;\n{_EMOJI}]|(?<=\d)\.(?=\d))+[.!?。！？；;{_EMOJI}\ufe0f\s]*")
+# A text quoted to be worked on ("改正式一点：'王总，明天我请一天假…'") is not the user speaking.
+_QUOTED = re.compile(r"(?:[\"“「『]|(?<![\w])')[^\"”」』\n]*?[,，.。!！?？][^\"”」』\n]*?(?:[\"”」』]|'(?![\w]))")
+# What a turn says after "some context:" or "背景：" is about the user, with or without a subject.
+_ABOUT_ME = re.compile(r"(?:some |for |a bit of )?(?:context|background|about me)\b|背景[:：]|关于我|我的情况|个人情况|简单介绍",
+                       re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]\s*$")
 
 
@@ -269,7 +280,7 @@ def _end_of(sentence: str, content: str) -> str:
 def sentences(text: str) -> list[str]:
     """The sentences of a turn (decimal points and abbreviations are rare enough in chat to ignore)."""
     out = []
-    for match in _SENTENCE.finditer(text):
+    for match in _SENTENCE.finditer(_QUOTED.sub(" ", text)):
         piece = match.group(0).strip()
         if piece:
             out.append(piece)
@@ -305,10 +316,13 @@ class RulesExtractor:
         out: list[Candidate] = []
         pending: Candidate | None = None  # a retraction waiting for the statement of what holds now
         pending_end = ""  # the punctuation that ended the retraction's sentence
-        about_self = False
+        about_self = introduced = False
         for sentence in sentences(message.content):
-            reading = read_sentence(sentence, previous_self=about_self)
+            sentence = _BULLET.sub("", sentence)
+            introduced = introduced or bool(_ABOUT_ME.match(sentence))
+            reading = read_sentence(sentence, previous_self=about_self or introduced)
             about_self = reading is not None
+            introduced = introduced or bool(_ABOUT_ME.search(sentence))
             stated = statement(sentence)
             candidate = self.match_sentence(sentence, message)
             if candidate is not None and candidate.memory_type != "procedural":
@@ -321,7 +335,7 @@ class RulesExtractor:
                     if corrected is not None and corrected.rule == candidate.rule:
                         candidate.slot, candidate.value = corrected.slot, corrected.value
                     candidate.content = stated
-            if candidate is None and instruction(sentence) and not _QUESTION.search(sentence):
+            if candidate is None and instruction(sentence) and (not _QUESTION.search(sentence) or _STOP_ASKED.search(sentence)):
                 candidate = Candidate(
                     content=sentence, memory_type="procedural", importance=0.8, confidence=0.7,
                     source_ids=[message.message_id], message=message, extractor=self.name, rule="clause.instruction",

@@ -256,6 +256,25 @@ def test_a_change_of_mind_in_other_words_supersedes_what_it_is_about(
     ("My savings account pays 0.5% interest.", "0.5%", None),
     ("who wrote Dune again? I always forget", None, "forget"),
     ("Use short answers with me, always. I read on my phone.", "short answers", None),
+    # Who the user is, framing a question; a condition and what would follow it.
+    ("作为一个常年上夜班的保安，白天怎么才能睡踏实？", "保安", None),
+    ("As a nurse on night shifts, how do I sleep during the day?", "nurse", "sleep"),
+    ("要是能中五百万，我第一件事就是带爸妈去环球旅行，哈哈。", None, "环球旅行"),
+    # Someone else's clause, then the user's after "and I" / "even though I".
+    ("Priya on my team is vegan and I'm allergic to soy. Any cuisines that work for both of us?", "soy", "vegan"),
+    ("My manager, Derek, keeps putting meetings at 8am even though I do school drop-off every morning.", "drop-off",
+     "8am"),
+    ("Roommate keeps eating my food from the fridge and it drives me nuts.", None, "fridge"),
+    ("My mother-in-law only reads Chinese.", None, "Chinese"),
+    ("Bringing something to a potluck on Saturday and I have type 1 diabetes.", "diabetes", "potluck"),
+    ("I don't own a car, so for a weekend in the Peak District, is it doable by train?", "own a car", "Peak District"),
+    # What a doctor says of the user; a text quoted to be edited; facts listed after "some context".
+    ("医生说我血糖偏高，这几天吃饭要注意啥？", "血糖偏高", None),
+    ("帮我把这段话改正式一点：'王总，明天我请一天假，家里有点事。'", None, "请一天假"),
+    ("Some context so you stop asking 😅\n- freelance illustrator\n- based in Leipzig", "illustrator", None),
+    ("the Pixel died last month 💀 I'm on an iPhone 15 now. How do I back it up?", "iPhone 15", None),
+    ("Can you stop adding disclaimers at the end of every answer?", "disclaimers", None),
+    ("别再叫我'您'了，怪别扭的，叫我小周就行。", "小周", None),
 ])
 def test_what_a_turn_says_about_the_user(service: MemoryService, turn: str, kept: str | None, not_kept: str | None) -> None:
     extract_and_store(service, "acme", _log(service, [("user", turn)]), "rules", actor="test")

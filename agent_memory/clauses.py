@@ -160,7 +160,7 @@ _EN_OLD = re.compile(
     r"(?P<old>(?![\w .+#'-]*\b(?:that|it|this|them|those)\b)(?!the moon\b)(?!(?:lol|haha|lmao|tbh|ngl)\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
     re.IGNORECASE,
 )
-_ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|退了|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
+_ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|退了|挪到|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
                          r"改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打)|卖了|卖掉了|"
                          r"不用[^，。]{1,8}了|还是算了")
 _ZH_WEAK_RETRACT = re.compile(r"以后都|现在只|现在改|现在都|现在|最近|能接受|开始")
@@ -190,7 +190,8 @@ class Reading:
 # booking 8am meetings even though I do school drop-off"); so does "so" after three words or more
 # ("i have IBS so low fodmap everything pls").
 _EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then|even though|although|because|while|whereas)\s+i\b"
-                        r"|and\s+(?:\w+ly\s+|also\s+)?i\b|so\s+(?!i\b))", re.IGNORECASE)
+                        r"|and\s+(?:\w+ly\s+|also\s+)?i\b|so\s+(?!i\b|you\b|far\b|much\b|many\b|good\b|long\b|that\b|bad\b|well\b))",
+                        re.IGNORECASE)
 
 
 _SHORT_JOIN = re.compile(r"and\b|so\s+(?!i\b)", re.IGNORECASE)
@@ -253,9 +254,13 @@ def asks(clause: str, zh: bool) -> bool:
 
 
 _EN_SO_FRAGMENT = re.compile(r"^\s*so\s+(?:for|in|on|at|with|to|about|what|how|which|when)\b", re.IGNORECASE)
+# What the user speaks about, said before them: "工作那部分我已经挪到飞书文档了".
+_ZH_TOPIC_FIRST = re.compile(r"^[^，。你他她它这那]{1,6}?(?<![跟给对和帮让叫被把向替陪])我(?![们的家])")
 # What someone says of the user is the user's: "医生说我血糖偏高", "my doctor says I'm anaemic".
-_ZH_REPORTED_SELF = re.compile(r"^[^，。我]{1,4}(?:说|讲|发现)我")
-_EN_REPORTED_SELF = re.compile(r"^(?:my )?(?:doctor|doc|dentist|gp|therapist|physio)\s+(?:says|said|thinks|told me)\s+(?:that\s+)?(?:i|my)\b",
+# So is what someone did to the user's situation: "They moved me to the platform team", "公司给换了 ThinkPad".
+_ZH_REPORTED_SELF = re.compile(r"^[^，。我]{1,4}(?:说|讲|发现)我|^[^，。我]{1,4}(?:刚|已经)?给我?(?:换|调|安排|配)了")
+_EN_REPORTED_SELF = re.compile(r"^(?:my )?(?:doctor|doc|dentist|gp|therapist|physio)\s+(?:says|said|thinks|told me)\s+(?:that\s+)?(?:i|my)\b"
+                               r"|^(?:they|\w+)\s+(?:just\s+)?(?:moved|put|switched|transferred|promoted|assigned|changed)\s+me\b",
                                re.IGNORECASE)
 # Someone named as the subject: "Priya on my team is vegan", "Jess, my flatmate, keeps ...".
 _EN_NAMED_SUBJECT = re.compile(
@@ -282,7 +287,7 @@ def subject(clause: str, zh: bool) -> str:
             return "self"
         if _zh_relative(text):
             return "other"
-        if text.startswith(("我", "咱")):
+        if text.startswith(("我", "咱")) or _ZH_TOPIC_FIRST.match(text):
             return "self"
         return "other" if _ZH_OTHER_SUBJECT.match(text) else "none"
     text = _EN_LEAD.sub("", text) if _EN_SELF.match(_EN_LEAD.sub("", text)) else text
@@ -458,6 +463,8 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
     # user would like to do ("周末想带爸妈去周边转转"), or, without a subject, how things are at the
     # moment ("跑完膝盖有点酸").
     reason_at: int | None = None
+    # Whether a clause kept so far has the user for its subject (not only the sentence before).
+    own = False
     for clause in clauses(sentence):
         if (_ZH_CONDITION if zh else _EN_CONDITION).match(_bare(clause, zh)):
             break  # "要是能中五百万，我第一件事就是…": the rest is what would follow
@@ -480,6 +487,8 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
             if reason_at is not None and asks(clause, zh):
                 del kept[reason_at:]
                 reason_at = None
+            if not own and asks(clause, zh):
+                kept.clear()  # "anything tight, under 30 min, on history?": all of it the question's
             continue
         who = subject(clause, zh)
         if _PURE_RETRACTION.match(text) or who == "self" or (
@@ -494,6 +503,7 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
                 reason_at = None
             kept.append(clause)
             leading = []
+            own = own or who == "self" or not about_self
             # What follows "我爸今年六十五" is the father's ("有高血压").
             relation = names_relation(clause, zh)
             about_self = not relation

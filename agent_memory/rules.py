@@ -146,7 +146,10 @@ RULES: tuple[Rule, ...] = (
     # -- instructions and constraints for the agent (procedural) -------------------------------
     Rule("en.rule.imperative", _en(r"^(?:(?:one |a )?rule(?: for you)?:\s*|important:\s*|please\s+|and\s+|also,?\s+|remember,?\s+)*"
                                    r"(?:always|never|don'?t ever|do not ever|please don'?t|only ever|make sure (?:to|you)|"
-                                   r"from now on|going forward|in future|in the future|keep your (?:answers|replies)|stick to)\b(?!\s+mind\b)"),
+                                   r"from now on|going forward|in future|in the future|keep your (?:answers|replies)|stick to)\b(?!\s+mind\b)"
+                                   # "Never actually understood it", "Always loved that place": said of the past.
+                                   r"(?!\s+(?:actually |really |once |even )?(?:\w+ed|been|had|understood|got|knew|saw|thought|went|"
+                                   r"did|was|were)\b)"),
          "procedural", 0.8, 0.85),
     Rule("en.rule.marker", _en(r"\b(?:rule for you|no exceptions|from now on|going forward|only place i want|only ever|"
                                r"(?:go|goes|send|sent) (?:to|via) [^,.;]{2,30} only|(?:you|answers?|replies) (?:must|should) (?:always|never))\b"),

@@ -163,7 +163,7 @@ def test_a_server_started_with_the_variable_listens_on_its_port(
     while not (f"agent-memory is serving at {url}" in log.read_text() and _ready(url)):
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, "the server did not start: " + log.read_text()[-3000:]
-        time.sleep(1)
+        time.sleep(0.25)
     # Without API keys the caller is anonymous, and so is the actor of what it writes.
     with httpx.Client(base_url=url, timeout=60) as client:
         written = client.post("/v1/memories", json={"user_id": "u1", "content": "I keep my notes in Obsidian"})

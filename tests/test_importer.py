@@ -282,7 +282,8 @@ def _count(settings: Settings, table: str) -> int:
 def test_killed_import_rerun_ends_exact(tmp_path: Path, ray_session: None) -> None:
     import ray
 
-    total = 1_200
+    # Twelve commits of 40 rows: the kill comes once two or three are in, the rest is left to the rerun.
+    total = 480
     path = tmp_path / "h.jsonl"
     path.write_text("\n".join(SAMPLE.read_text().splitlines()[:total]) + "\n")
     settings = _settings(tmp_path, "killed", import_commit_rows=40, import_embed_batch_rows=40)

@@ -174,7 +174,7 @@ def cluster_app(cluster: tuple[LocalCluster, S3Server], tmp_path_factory: pytest
                 pass
             assert server.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(1)
+            time.sleep(0.25)
         yield {"url": url, "cluster": local, "s3": s3, "env": env}
     finally:
         # The cluster is stopped next, replicas and all: the server's own graceful stop (tested

@@ -11,6 +11,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from agent_memory import Settings, open_service
+from agent_memory.embedding import Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -94,10 +95,12 @@ def test_a_notebook_that_fails_still_removes_its_scratch_directory(kernel_env: P
 
 
 def test_memory_analytics_works_on_a_copy_of_the_configured_store(kernel_env: Path, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  embedder: Embedder) -> None:
     store = tmp_path / "store"
     settings = Settings(_env_file=None, storage_uri=str(store))  # type: ignore[call-arg]
-    with open_service(settings) as service:
+    # The session's bundled model (the one these settings name), not a second load of it.
+    with open_service(settings, embedder=embedder) as service:
         service.add_many("acme", [
             {"user_id": "alice", "content": "My dog is called Max", "importance": 0.9, "created_at": "2025-01-05T10:00:00Z"},
             {"user_id": "alice", "content": "My dog is named Max", "created_at": "2025-02-05T10:00:00Z"},

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent_memory.stance import is_person_word, names_person_first
+from agent_memory.stance import WORK_ROLES, is_person_word, names_person_first
 from agent_memory.text import CJK_RANGES, chinese_words
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
@@ -71,8 +71,10 @@ _EN_PASSING = re.compile(
     r"|^just wanted to (?:share|say hi|check)|\bi (?:know|see|agree|hope so|forgot)\b|\bi (?:always |usually |often )?forget\b|"
     r"^i'?m (?:tired|bored|hungry|sorry|fine|good|done|back|here|not sure|curious)[\s.!]*$|\bdid (?:u|you) see\b|"
     r"\bi'?m (?:\w+ )?(?:panicking|obsessed|stressed|freaking out|nervous|excited|so happy|gutted|wrecked|exhausted|"
-    r"devastated|heartbroken|shattered|knackered|drained|annoyed|frustrated|upset|worried|scared|relieved|overwhelmed)\b|"
-    r"\bnever (?:\w+ )?understood\b|^not (?:my|me)\b|\b(?:is|are) (?:a |an |an absolute |such a )?(?:nightmare|pain|joke)\b|\bi (?:get it|just want)\b|\bseems? (?:\w+ )?(?:better|worse|fine|ok|okay|good)\b|"
+    r"devastated|heartbroken|shattered|knackered|drained|annoyed|frustrated|upset|worried|scared|relieved|overwhelmed)\b"
+    r"(?!\s+(?:of|by|about|around|when|that)\b)|"
+    r"\bnever (?:\w+ )?understood\b|^not (?:my|me)\b|\b(?:is|are) (?:a |an |an absolute |such a )?(?:nightmare|pain|joke)\b|"
+    r"\bi get it\b|\bi just want (?:the info|the answer|to know)\b|\bseems? (?:\w+ )?(?:better|worse|fine|ok|okay|good)\b|"
     r"^i'?m [^,.;]{0,30}\b(?:today|tonight|this week|right now|at the moment)\b|"
     r"\bi (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|\bsounds (?:good|great)\b",
     re.IGNORECASE,
@@ -91,6 +93,9 @@ _EN_SUBJECTLESS = re.compile(
     r"got diagnosed|diagnosed|started|began|joined|graduated|adopted)\b",
     re.IGNORECASE,
 )
+# What began for someone, said without a subject ("Got diagnosed with ADHD last year", "started
+# last week"): the user's at the start, but whoever spoke before's after someone else's clause.
+_EN_BEGAN = re.compile(r"^(?:got diagnosed|diagnosed|started|began|joined|graduated|adopted)\b", re.IGNORECASE)
 # Who the speaker is, said the chat way: "single dad of a 4-year-old here", "backend dev here".
 _EN_HERE = re.compile(r"^(?!.*\b(?:is|are|was|were|it|you|they|he|she)\b)(?:[\w'-]+\s+){1,6}here[\s.!]*$", re.IGNORECASE)
 # When or how often, said before the speaker: "these days I drink …", "Thursdays I sing in a choir".
@@ -122,17 +127,24 @@ _EN_WITH_ME = re.compile(r"^(?i:my|our) \w+(?: \w+)? and (?:i|me)\b", re.IGNOREC
 _EN_NAMES_RELATION = re.compile(r"^(?i:my|our) \w+(?:'s name is| (?:is|just turned|turned) \d+| [A-Z][a-z]+\b)")
 _ZH_NAMES_RELATION = re.compile(r"^我(?:的|家)?\w{1,3}?(?:叫|名叫|今年|刚满|[0-9一二三四五六七八九十两]+岁)")
 # A standing instruction for the assistant: addressed to it, for every time to come.
+# "Can you stop adding disclaimers?": asked, and meant for every answer to come.
+_STOP_ASKED = r"\b(?:can|could|would) you (?:please )?stop\b"
 _EN_INSTRUCTION = re.compile(
     r"\b(?:whenever you|every time you|when you (?:give|write|send|answer|reply|make|suggest|draft)|"
     r"in (?:your|all your|future) (?:answers|replies|responses)|from now on|going forward|for future (?:stuff|reference)|"
     r"(?:always|never|don'?t ever|do not ever) (?:use|add|include|write|send|give|call|schedule|book|suggest|mention|reply|answer))\b"
-    r"|\bno \w+(?: \w+)? please\b|\b(?:can|could|would) you (?:please )?stop \w+ing\b"
+    r"|\bno \w+(?: \w+)? please\b|" + _STOP_ASKED + r" \w+ing\b"
     r"|\b(?:when|whenever) i (?:paste|send|share|ask|give you|forward)\b[^.?!]*\b(?:just |only |always )?(?:give|show|send|use|reply|answer|keep)\b"
     r"|^(?:please )?(?:use|write|answer|reply|respond|keep|give|talk|speak|call|format)\b.*\b(?:always|every time|from now on)\b",
     re.IGNORECASE,
 )
 _ZH_INSTRUCTION = re.compile(r"以后(?:帮我|给我|都|回答|回复|写|跟我)|每次(?:帮我|给我|写|回答|回复)|的时候(?:都|也)?(?:用|别|不要|记得)|"
                              r"(?:回答|回复|注释|邮件|代码)[^，。]{0,6}(?:都用|也用|用中文|用英文|别|不要)|别太|语气")
+
+
+def asks_to_stop(sentence: str) -> bool:
+    """Whether a question asks the assistant to stop doing something from now on."""
+    return bool(re.search(_STOP_ASKED, sentence, re.IGNORECASE))
 
 
 def instruction(sentence: str) -> bool:
@@ -190,11 +202,18 @@ class Reading:
 # booking 8am meetings even though I do school drop-off"); so does "so" after three words or more
 # ("i have IBS so low fodmap everything pls").
 _EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then|even though|although|because|while|whereas)\s+i\b"
-                        r"|and\s+(?:\w+ly\s+|also\s+)?i\b|so\s+(?!i\b|you\b|far\b|much\b|many\b|good\b|long\b|that\b|bad\b|well\b))",
+                        r"|and\s+(?:\w+ly\s+|also\s+)?i\b"
+                        r"|so\s+(?!i\b|you\b|far\b|much\b|many\b|good\b|long\b|that\b|bad\b|well\b|(?:does|do|did|is|am|was|can)\b))",
                         re.IGNORECASE)
 
 
-_SHORT_JOIN = re.compile(r"and\b|so\s+(?!i\b)", re.IGNORECASE)
+# A split at "and" or a bare "so" that leaves too little before it is undone: "My wife and I",
+# "My older sister and I", "I'm so ...".
+_SHORT_JOIN = re.compile(r"\s*(?:and\b|so\s+(?!i\b))", re.IGNORECASE)
+_NOUN_PHRASE = re.compile(r"^\s*(?:my|our)\s+(?:[\w-]+\s+){0,3}$", re.IGNORECASE)
+# The conjunction that joined a clause to someone else's, left out of what is kept.
+_JOINING = re.compile(r"^\s*(?:and|so|but|even though|although|because|while|whereas)\s+(?=(?:\w+ly\s+|also\s+)?i\b)",
+                      re.IGNORECASE)
 
 
 def clauses(sentence: str) -> list[str]:
@@ -202,19 +221,18 @@ def clauses(sentence: str) -> list[str]:
     found = [m.group(0) for m in _CLAUSE.finditer(sentence) if m.group(0).strip(" ,，;；:：—–")]
     if is_chinese(sentence):
         return found
+    return [part for clause in found for part in _split_joined(clause)]
+
+
+def _split_joined(clause: str) -> list[str]:
+    """An English clause split where "so I", "and I", "even though I" ... start another."""
     out: list[str] = []
-    for clause in found:
-        parts: list[str] = []
-        for part in _EN_JOINED.split(clause):
-            if parts and not parts[-1].strip():
-                parts[-1] += part  # the space before "so", kept with it
-            else:
-                parts.append(part)
-        for k, part in enumerate(parts):
-            if k and _SHORT_JOIN.match(part) and len(parts[k - 1].split()) < 3:
-                out[-1] += part
-            else:
-                out.append(part)
+    for part in _EN_JOINED.split(clause):
+        if out and (not out[-1].strip() or (_SHORT_JOIN.match(part) and (
+            len(out[-1].split()) < 3 or _NOUN_PHRASE.match(out[-1])))):
+            out[-1] += part  # the space before "so"; "My older sister and I share a flat"
+        else:
+            out.append(part)
     return out
 
 
@@ -253,23 +271,25 @@ def asks(clause: str, zh: bool) -> bool:
     return bool(_EN_QUESTION.search(text) or _EN_REQUEST.search(text))
 
 
-_EN_SO_FRAGMENT = re.compile(r"^\s*so\s+(?:for|in|on|at|with|to|about|what|how|which|when)\b", re.IGNORECASE)
+_EN_SO_FRAGMENT = re.compile(r"^\s*so\s+(?:for|in|on|at|with|to|about|what|how|which|when)\b(?!.*\bi\b)", re.IGNORECASE)
 # What the user speaks about, said before them: "工作那部分我已经挪到飞书文档了".
-_ZH_TOPIC_FIRST = re.compile(r"^[^，。你他她它这那]{1,6}?(?<![跟给对和帮让叫被把向替陪])我(?![们的家])")
+_ZH_TOPIC_FIRST = re.compile(r"^(?![你他她它这那])[^，。你他她它]{1,6}?(?<![跟给对和帮让叫被把向替陪请])我"
+                             r"(?:已经|一般|每天|都|也|还|就|平时|现在|会|要|不|没)")
 # What someone says of the user is the user's: "医生说我血糖偏高", "my doctor says I'm anaemic".
 # So is what someone did to the user's situation: "They moved me to the platform team", "公司给换了 ThinkPad".
-_ZH_REPORTED_SELF = re.compile(r"^[^，。我]{1,4}(?:说|讲|发现)我|^[^，。我]{1,4}(?:刚|已经)?给我?(?:换|调|安排|配)了")
+_ZH_REPORTED_SELF = re.compile(r"^(?:医生|大夫|体检|检查|报告|营养师)[^，。我]{0,3}(?:说|讲|显示|发现)我"
+                               r"|^(?:公司|单位|学校|部门|领导)[^，。我]{0,3}(?:刚|已经)?给我?(?:换|调|安排|配)了")
 _EN_REPORTED_SELF = re.compile(r"^(?:my )?(?:doctor|doc|dentist|gp|therapist|physio)\s+(?:says|said|thinks|told me)\s+(?:that\s+)?(?:i|my)\b"
                                r"|^(?:they|\w+)\s+(?:just\s+)?(?:moved|put|switched|transferred|promoted|assigned|changed)\s+me\b",
                                re.IGNORECASE)
-# Someone named as the subject: "Priya on my team is vegan", "Jess, my flatmate, keeps ...".
+# Someone named as the subject: "Priya on my team is vegan", "Jess keeps ..." (with an apposition,
+# "Jess, my flatmate, keeps", only where the whole sentence is read: clauses split at commas).
 _EN_NAMED_SUBJECT = re.compile(
     r"^(?!(?:I|We|It|This|That|There)\b)[A-Z][a-z]+(?: [A-Z][a-z]+)?"
     r"(?:(?:,[^,]{2,30},| (?:on|from|at|in) (?:my|our) \w+)\s+(?:is|was|has|had)\b"
     r"|\s+(?:keeps|says|said|thinks|wants|loves|likes|hates|swears)\b)")
 # Whose role a word after "my" names: a relative ("mother-in-law") or someone at work ("my manager").
-_EN_ROLES = frozenset("manager supervisor director teacher tutor coach doctor dentist therapist landlord landlady client "
-                      "customer lead neighbour neighbor".split())
+_EN_ROLES = frozenset((*WORK_ROLES, "neighbour", "neighbor"))
 
 
 def _names_person(word: str) -> bool:
@@ -300,6 +320,8 @@ def subject(clause: str, zh: bool) -> str:
     mine = _EN_MY.match(text)
     if mine and any(w and _names_person(w.lower()) for w in mine.groups()):
         return "other"
+    if _EN_HERE.match(text):
+        return "self"  # "Teacher here, 10 years in"
     first = text.split(maxsplit=1)[0].lower() if text.split() else ""
     if _names_person(first) or _EN_NAMED_SUBJECT.match(text):
         return "other"
@@ -433,11 +455,14 @@ def _gives_reason(text: str, zh: bool, who: str) -> bool:
 
 
 # A condition: what follows it in the sentence would follow, and is not so.
-_EN_CONDITION = re.compile(r"^(?:if|suppose|supposing|imagine|say)\b", re.IGNORECASE)
+_EN_CONDITION = re.compile(r"^(?:if|suppose|supposing)\b", re.IGNORECASE)
 _ZH_CONDITION = re.compile(r"^[^，。]{0,3}?(?:如果|要是|假如|假设|万一|若是)")
+_EN_WOULD = re.compile(r"\b(?:would|could|might|i'?d)\b", re.IGNORECASE)
+_ZH_WOULD = re.compile(r"就|会|肯定|一定")
 # Who the user is, said to frame a question: "As a nurse on night shifts, ...", "作为一个理发师，…".
-_EN_AS = re.compile(r"^(\s*)as (an? (?!kid\b|child\b|teen|baby\b|result\b|side\b|matter\b|rule\b)[^,]+)", re.IGNORECASE)
-_ZH_AS = re.compile(r"^(\s*)作为((?:一个|一名|一位)?[^，。]+)")
+_EN_AS = re.compile(r"^(\s*)as (an? (?!kid\b|child\b|teen|baby\b|student\b|result\b|side\b|matter\b|rule\b|aside\b|"
+                    r"reminder\b|heads\b|bonus\b|whole\b|team\b|family\b|general\b)[^,]+)(?=,\s*$)", re.IGNORECASE)
+_ZH_AS = re.compile(r"^(\s*)作为((?!交换|回报|补偿|礼物|奖励|代价)(?:一个|一名|一位)?[^，。]+)(?=，\s*$)")
 
 
 def _as_self(clause: str, zh: bool) -> str:
@@ -463,11 +488,16 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
     # user would like to do ("周末想带爸妈去周边转转"), or, without a subject, how things are at the
     # moment ("跑完膝盖有点酸").
     reason_at: int | None = None
-    # Whether a clause kept so far has the user for its subject (not only the sentence before).
+    # Whether a clause kept so far has the user for its subject (not only the sentence before):
+    # subject-less fragments that only continue the sentence before belong to a question after them.
     own = False
+    conditional = False
     for clause in clauses(sentence):
         if (_ZH_CONDITION if zh else _EN_CONDITION).match(_bare(clause, zh)):
-            break  # "要是能中五百万，我第一件事就是…": the rest is what would follow
+            conditional = True  # "要是能中五百万，…"; not "如果你需要知道的话，我对花生过敏"
+            continue
+        if conditional and (_ZH_WOULD if zh else _EN_WOULD).search(clause):
+            continue  # "…，我第一件事就是带爸妈去环球旅行": what would follow
         clause = _as_self(clause, zh)
         text = _bare(clause, zh)
         inline = None if zh else _EN_INLINE_CORRECTION.match(clause.strip())
@@ -491,12 +521,14 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
                 kept.clear()  # "anything tight, under 30 min, on history?": all of it the question's
             continue
         who = subject(clause, zh)
+        if who == "self" and other_seen and not zh and _EN_BEGAN.match(text):
+            who = "none"  # "My wife got a new job, started last week": hers
         if _PURE_RETRACTION.match(text) or who == "self" or (
             who == "none" and (about_self or (zh and not other_seen and _zh_speaker_implied(text)))
         ):
             # "With twin boys in school, my mornings ...": a phrase that leads into the clause (not
             # one joined to it by "and": "Bringing a dish to a potluck and I have diabetes").
-            kept.extend(leading if who == "self" and not re.match(r"\s*and\b", clause, re.IGNORECASE) else [])
+            kept.extend(leading if who == "self" and not _JOINING.match(clause) else [])
             if _gives_reason(text, zh, who):
                 reason_at = len(kept) if reason_at is None else reason_at
             elif who == "self":
@@ -515,7 +547,7 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
             about_self = False
     if not kept:
         return None
-    content = "".join(kept).strip().rstrip(",，;；:：—– ")
+    content = _JOINING.sub("", "".join(kept)).strip().rstrip(",，;；:：—– ")
     if not content:
         return None
     flip = retracts(content, zh)

@@ -18,7 +18,15 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agent_memory.clauses import instruction, is_chinese, is_event, read_sentence, statement, subject
+from agent_memory.clauses import (
+    asks_to_stop,
+    instruction,
+    is_chinese,
+    is_event,
+    read_sentence,
+    statement,
+    subject,
+)
 from agent_memory.models import MemoryType, MessageRecord
 from agent_memory.text import normalize, terms
 
@@ -148,8 +156,8 @@ RULES: tuple[Rule, ...] = (
                                    r"(?:always|never|don'?t ever|do not ever|please don'?t|only ever|make sure (?:to|you)|"
                                    r"from now on|going forward|in future|in the future|keep your (?:answers|replies)|stick to)\b(?!\s+mind\b)"
                                    # "Never actually understood it", "Always loved that place": said of the past.
-                                   r"(?!\s+(?:actually |really |once |even )?(?:\w+ed|been|had|understood|got|knew|saw|thought|went|"
-                                   r"did|was|were)\b)"),
+                                   r"(?!\s+(?:actually |really |once |even )?(?:(?!\w*eed\b|embed\b)\w+ed|been|had|understood|got|"
+                                   r"knew|saw|thought|went|did|was|were)\b)"),
          "procedural", 0.8, 0.85),
     Rule("en.rule.marker", _en(r"\b(?:rule for you|no exceptions|from now on|going forward|only place i want|only ever|"
                                r"(?:go|goes|send|sent) (?:to|via) [^,.;]{2,30} only|(?:you|answers?|replies) (?:must|should) (?:always|never))\b"),
@@ -257,18 +265,20 @@ _NOT_AN_ANSWER = re.compile(
     r"好的?|好吧|嗯+|是的|对|不是|没有|谢谢|不知道|行|可以|随便)[.!。！~～]*$",
     re.IGNORECASE,
 )
-# A point between digits is a decimal point ("0.01%"), not the end of a sentence.
 # What goes on as before: not what a change of mind replaces its old value with.
-# "Can you stop adding disclaimers?": asked, and meant for every answer to come.
-_STOP_ASKED = re.compile(r"\b(?:can|could|would) you (?:please )?stop\b", re.IGNORECASE)
-_BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
 _CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|还是|仍然|依然|继续")
-# An emoji ends a sentence as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").
-_EMOJI = "\U0001F300-\U0001FAFF\u2600-\u27BF"
+# A list item's mark ("- freelance illustrator", "2) 住在杭州").
+_BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
+# A point between digits is a decimal point ("0.01%"), not the end of a sentence; a face or a
+# gesture ends one as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").
+_EMOJI = "\U0001F600-\U0001F64F\U0001F910-\U0001F97F\U0001F480\U0001F389\U0001F44C-\U0001F44F"
 _SENTENCE = re.compile(rf"(?:[^.!?。！？；;\n{_EMOJI}]|(?<=\d)\.(?=\d))+[.!?。！？；;{_EMOJI}\ufe0f\s]*")
-# A text quoted to be worked on ("改正式一点：'王总，明天我请一天假…'") is not the user speaking.
-_QUOTED = re.compile(r"(?:[\"“「『]|(?<![\w])')[^\"”」』\n]*?[,，.。!！?？][^\"”」』\n]*?(?:[\"”」』]|'(?![\w]))")
-# What a turn says after "some context:" or "背景：" is about the user, with or without a subject.
+# A text quoted to be worked on ("改正式一点：'王总，明天我请一天假…'") is not the user speaking:
+# a quotation holding a comma or a sentence's end, each kind of quote closed by its own mark.
+_PUNCT = "[,，.。!！?？]"
+_QUOTED = re.compile(rf"\"[^\"\n]*?{_PUNCT}[^\"\n]*?\"|“[^”\n]*?{_PUNCT}[^”\n]*?”|「[^」\n]*?{_PUNCT}[^」\n]*?」"
+                     rf"|『[^』\n]*?{_PUNCT}[^』\n]*?』|(?<!\w)'(?!\d)[^'\n]*?{_PUNCT}[^'\n]*?'(?!\w)")
+# A sentence that opens with "some context:" or "背景：" says that what follows is about the user.
 _ABOUT_ME = re.compile(r"(?:some |for |a bit of )?(?:context|background|about me)\b|背景[:：]|关于我|我的情况|个人情况|简单介绍",
                        re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]\s*$")
@@ -322,10 +332,11 @@ class RulesExtractor:
         about_self = introduced = False
         for sentence in sentences(message.content):
             sentence = _BULLET.sub("", sentence)
-            introduced = introduced or bool(_ABOUT_ME.match(sentence))
+            zh = is_chinese(sentence)
+            # After "some context:", until someone else is the subject.
+            introduced = (introduced or bool(_ABOUT_ME.match(sentence))) and subject(sentence, zh) != "other"
             reading = read_sentence(sentence, previous_self=about_self or introduced)
             about_self = reading is not None
-            introduced = introduced or bool(_ABOUT_ME.search(sentence))
             stated = statement(sentence)
             candidate = self.match_sentence(sentence, message)
             if candidate is not None and candidate.memory_type != "procedural":
@@ -338,7 +349,7 @@ class RulesExtractor:
                     if corrected is not None and corrected.rule == candidate.rule:
                         candidate.slot, candidate.value = corrected.slot, corrected.value
                     candidate.content = stated
-            if candidate is None and instruction(sentence) and (not _QUESTION.search(sentence) or _STOP_ASKED.search(sentence)):
+            if candidate is None and instruction(sentence) and (not _QUESTION.search(sentence) or asks_to_stop(sentence)):
                 candidate = Candidate(
                     content=sentence, memory_type="procedural", importance=0.8, confidence=0.7,
                     source_ids=[message.message_id], message=message, extractor=self.name, rule="clause.instruction",

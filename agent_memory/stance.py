@@ -42,10 +42,9 @@ _IN_LAWS = frozenset({"in-law", "in-laws", "inlaws"})
 # "面向对象" (object-oriented), "朋友圈" (WeChat Moments).
 _NOT_PERSON_CJK = ("吉他", "其他", "面向对象", "朋友圈")
 # Roles that are also jobs ("works as a product manager"): someone else only after a possessive.
-_ROLE_AFTER_POSSESSIVE = re.compile(
-    r"\b(?:my|our|his|her|their|user's)\s+(?:\w+\s+)?(manager|supervisor|director|teacher|tutor|coach|doctor|"
-    r"dentist|therapist|assistant|landlord|landlady|client|customer|lead)\b"
-)
+WORK_ROLES = ("manager", "supervisor", "director", "teacher", "tutor", "coach", "doctor", "dentist", "therapist",
+              "assistant", "landlord", "landlady", "client", "customer", "lead")
+_ROLE_AFTER_POSSESSIVE = re.compile(r"\b(?:my|our|his|her|their|user's)\s+(?:\w+\s+)?(" + "|".join(WORK_ROLES) + r")\b")
 _PERSON_WORDS_CJK = ("老婆", "老公", "妻子", "丈夫", "爱人", "对象", "男朋友", "女朋友", "男友", "女友", "儿子", "女儿",
                      "孩子", "爸", "妈", "父亲", "母亲", "父母", "哥", "姐", "弟", "妹", "爷爷", "奶奶", "外公", "外婆",
                      "叔", "阿姨", "舅", "朋友", "同事", "室友", "邻居", "老板", "领导", "组长", "同学", "家人", "亲戚",

@@ -32,6 +32,7 @@ _LATIN_NAME_TOKEN = re.compile(rf"[^\W_{CJK_RANGES}]+{_SIGNED}", re.UNICODE)
 _SENTENCE_END = re.compile(r"[.!?。！？;；:：]\s*|\n")
 
 # English contractions spelt out ("I've got" is "I have got"); "n't" stays, for negation is compared apart.
+_HAD = re.compile(r"(?<=[a-z])'d(?=\s+(?:been|had|got|gone|done)\b)")  # "I'd been" is "I had been"
 _CONTRACTION = re.compile(r"(?<=[a-z])'(ve|m|re|ll|d)\b")
 _CONTRACTED = {"ve": " have", "m": " am", "re": " are", "ll": " will", "d": " would"}
 # A digit group's comma ("$1,800") is no separator of two numbers.
@@ -41,7 +42,7 @@ _DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 def folded(text: str) -> str:
     """NFKC, lower case, one apostrophe, contractions spelt out and digit groups joined: what
     every comparison of wording starts from."""
-    lowered = _DIGIT_GROUP.sub("", normalize(text).replace("’", "'"))
+    lowered = _HAD.sub(" had", _DIGIT_GROUP.sub("", normalize(text).replace("’", "'")))
     return _CONTRACTION.sub(lambda m: _CONTRACTED[m.group(1)], lowered)
 
 
@@ -129,7 +130,7 @@ _FUNCTION_WORDS_CJK = ("大多数时候", "大部分时候", "大部分时间", 
 # Chinese wordings that say the same with other characters, folded before comparing: "名叫" and
 # "叫做" are "叫" (is called); "我家的" (my household's) is "我的" for a pet, a car or a child;
 # "俩" and "仨" are "两个" and "三个" run together; "正在减肥" is "在减肥".
-_CJK_EQUIVALENTS = (("我家的", "我的"), ("我家", "我的"), ("名叫", "叫"), ("叫做", "叫"), ("俩", "两个"), ("仨", "三个"),
+_CJK_EQUIVALENTS = (("我家的", "我的"), ("我家狗", "我的狗"), ("我家猫", "我的猫"), ("我家孩子", "我的孩子"), ("名叫", "叫"), ("叫做", "叫"), ("俩", "两个"), ("仨", "三个"),
                     ("正在", "在"))
 # "是一名老师", "是个老师", "是辆电动车": one of a kind said with its measure word is "是".
 _CJK_ONE_OF = re.compile(r"(是|有)一?(?:个|名|位|辆|只|台|部|条|本|家|套|件|座|所)")
@@ -350,7 +351,8 @@ def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
     if len([w for w in shared if ":" not in w]) < 3:
         return False
     for pivot in shared:
-        if pivot in _SYMMETRIC or (":" in pivot and (units_a.count(pivot) > 1 or units_b.count(pivot) > 1)):
+        # A word said twice is no fixed point ("我儿子5岁，我女儿3岁" said the other way round).
+        if pivot in _SYMMETRIC or units_a.count(pivot) > 1 or units_b.count(pivot) > 1:
             continue
         left_to_right = right_to_left = False
         for word in shared:

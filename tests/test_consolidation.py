@@ -549,7 +549,8 @@ def test_contractions_digit_groups_and_aspect_words_merge_while_roles_and_time_f
     same = [("My rent is $1,800 a month.", "My rent is $1800 a month."),  # a digit group's comma
             ("I've been to Iceland twice.", "I have been to Iceland twice."),  # a contraction
             ("我正在减肥呢。", "我在减肥。"),  # 正在 is 在
-            ("我家狗叫豆豆。", "我家的狗叫豆豆。")]  # 我家 is 我家的
+            ("我家狗叫豆豆。", "我家的狗叫豆豆。"),  # 我家 is 我家的
+            ("我儿子5岁，我女儿3岁。", "我女儿3岁，我儿子5岁。")]  # two facts side by side, reordered
     apart = [("I had a Peloton subscription until May.", "I've had a Peloton subscription since May."),
              ("I've had a PS5 for ages.", "I've wanted a PS5 for ages."),  # a wish
              ("My brother gave me his old laptop.", "I gave my brother my old laptop."),  # giver and receiver

@@ -275,6 +275,13 @@ def test_a_change_of_mind_in_other_words_supersedes_what_it_is_about(
     ("the Pixel died last month 💀 I'm on an iPhone 15 now. How do I back it up?", "iPhone 15", None),
     ("Can you stop adding disclaimers at the end of every answer?", "disclaimers", None),
     ("别再叫我'您'了，怪别扭的，叫我小周就行。", "小周", None),
+    # What those shapes must not swallow.
+    ("If it helps, I'm vegetarian.", "vegetarian", None),
+    ("My older sister and I share a flat in Leeds.", "sister", None),
+    ("Teacher here, 10 years in.", "Teacher", None),
+    ("I'm scared of flying.", "flying", None),
+    ("My wife got a new job, started last week.", None, "started"),
+    ("I grew up in the '90s, I'm 38 now. My parents' house is in Leeds.", "38", None),
 ])
 def test_what_a_turn_says_about_the_user(service: MemoryService, turn: str, kept: str | None, not_kept: str | None) -> None:
     extract_and_store(service, "acme", _log(service, [("user", turn)]), "rules", actor="test")

@@ -32,10 +32,12 @@ from agent_memory.text import CJK_RANGES, chinese_words
 # A colon between digits is a ratio or a time ("16:8", "7:40"), not a boundary.
 _CLAUSE = re.compile(r"(?:[^,，;；:：—–]|(?<=\d)[:：](?=\d))+(?:[,，;；:：—–]+|$)")
 _CJK = re.compile(f"[{CJK_RANGES}]")
+# Words that join the user's clause to another: "even though I do school drop-off".
+_SUBORDINATORS = "even though|although|because|while|whereas"
 _EN_OPENERS = re.compile(
     r"^(?:(?:oh|well|also|and|but|so|actually|honestly|btw|fyi|ngl|tbh|lol|haha|ok(?:ay)?|yeah|plus|anyway|"
     r"just so you know|for context|heads up|for the record|small change|one correction|plot twist(?: though)?|"
-    r"(?:the )?(?:problem|thing|fact|catch) is|even though|although|because|while|whereas|"
+    r"(?:the )?(?:problem|thing|fact|catch) is|" + _SUBORDINATORS + "|"
     r"(?:big |good |bad |some )?news|"
     r"i should update you|update|i (?:always |usually )?(?:think|guess|suppose|feel like)|"
     r"just wanted to (?:say|let you know)(?: that)?)"
@@ -86,16 +88,17 @@ _ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|�
 # The user as subject. English: I, I'm, my <thing> (not a person), we/our for the user's team.
 _EN_SELF = re.compile(r"^(?:i|i'm|im|i've|ive|i'll|i am|i have|my|we|we're|we've|our)\b", re.IGNORECASE)
 _EN_MY = re.compile(r"^(?:my|our)\s+(\w[\w-]*)(?:\s+(\w[\w-]*))?", re.IGNORECASE)
+_BEGAN = "got diagnosed|diagnosed|started|began|joined|graduated|adopted"
 _EN_SUBJECTLESS = re.compile(
     r"^(?:prefer|love|like|hate|can'?t stand|addicted|allergic|vegetarian|vegan|been|have been|playing|working|living|"
     r"going|doing|using|drinking|eating|not doing|no more|done with|moving|switching|booking|planning|heading|flying|"
     r"changed my mind|scratch that|been meaning|quit|gave up|stopped|uninstalled|deleted|cancell?ed|ditched|dropped|switched|"
-    r"got diagnosed|diagnosed|started|began|joined|graduated|adopted)\b",
+    + _BEGAN + r")\b",
     re.IGNORECASE,
 )
 # What began for someone, said without a subject ("Got diagnosed with ADHD last year", "started
 # last week"): the user's at the start, but whoever spoke before's after someone else's clause.
-_EN_BEGAN = re.compile(r"^(?:got diagnosed|diagnosed|started|began|joined|graduated|adopted)\b", re.IGNORECASE)
+_EN_BEGAN = re.compile(rf"^(?:{_BEGAN})\b", re.IGNORECASE)
 # Who the speaker is, said the chat way: "single dad of a 4-year-old here", "backend dev here".
 _EN_HERE = re.compile(r"^(?!.*\b(?:is|are|was|were|it|you|they|he|she)\b)(?:[\w'-]+\s+){1,6}here[\s.!]*$", re.IGNORECASE)
 # When or how often, said before the speaker: "these days I drink …", "Thursdays I sing in a choir".
@@ -201,7 +204,7 @@ class Reading:
 # "even though I", "because I" start the user's clause after someone else's ("My manager keeps
 # booking 8am meetings even though I do school drop-off"); so does "so" after three words or more
 # ("i have IBS so low fodmap everything pls").
-_EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then|even though|although|because|while|whereas)\s+i\b"
+_EN_JOINED = re.compile(rf"(?<=\s)(?=(?:so|but|then|{_SUBORDINATORS})\s+i\b"
                         r"|and\s+(?:\w+ly\s+|also\s+)?i\b"
                         r"|so\s+(?!i\b|you\b|far\b|much\b|many\b|good\b|long\b|that\b|bad\b|well\b|(?:does|do|did|is|am|was|can)\b))",
                         re.IGNORECASE)
@@ -212,7 +215,7 @@ _EN_JOINED = re.compile(r"(?<=\s)(?=(?:so|but|then|even though|although|because|
 _SHORT_JOIN = re.compile(r"\s*(?:and\b|so\s+(?!i\b))", re.IGNORECASE)
 _NOUN_PHRASE = re.compile(r"^\s*(?:my|our)\s+(?:[\w-]+\s+){0,3}$", re.IGNORECASE)
 # The conjunction that joined a clause to someone else's, left out of what is kept.
-_JOINING = re.compile(r"^\s*(?:and|so|but|even though|although|because|while|whereas)\s+(?=(?:\w+ly\s+|also\s+)?i\b)",
+_JOINING = re.compile(rf"^\s*(?:and|so|but|{_SUBORDINATORS})\s+(?=(?:\w+ly\s+|also\s+)?i\b)",
                       re.IGNORECASE)
 
 

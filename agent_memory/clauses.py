@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent_memory.stance import WORK_ROLES, is_person_word, names_person_first
+from agent_memory.stance import WORK_ROLES, is_person_word, names_person_first, persons
 from agent_memory.text import CJK_RANGES, chinese_words
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
@@ -120,9 +120,12 @@ _EN_WISH = re.compile(r"\b(?:i want to|i wanna|i'?m hoping to|i'?m thinking (?:o
 _ZH_WISH = re.compile(r"^[^，。]{0,4}?(?:想|打算|希望)(?![念法])")
 _EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
 _ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面|楼下|楼上|隔壁|对面)")
+# Others as a group, after any word of when: "现在大家轮流选", "最近他们都…".
+_ZH_GROUP_SUBJECT = re.compile(r"^(?:现在|最近|后来|以后|平时)?(?:大家|他们|她们|别人|人家|其他人)")
 # Chinese drops the subject: a clause that says when or how often, or how things changed, is
 # the speaker's when nobody else is named.
-_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|"
+_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|还在|仍在|"
+                            r"坐标|人在|"
                             r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔|改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打|用))")
 # Someone of the user's named or aged: "my daughter Mia", "my son just turned 5", "我女儿叫朵朵".
 # "My wife and I live in Denver": the user speaks, with someone.
@@ -227,10 +230,24 @@ def clauses(sentence: str) -> list[str]:
     return [part for clause in found for part in _split_joined(clause)]
 
 
+# "... because my brother-in-law can only help that weekend": the reason is someone else's clause.
+_EN_OTHERS_REASON = re.compile(rf"(?<=\s)(?=(?:{_SUBORDINATORS}|since)\s+(?:my|our)\s+)", re.IGNORECASE)
+
+
 def _split_joined(clause: str) -> list[str]:
-    """An English clause split where "so I", "and I", "even though I" ... start another."""
-    out: list[str] = []
+    """An English clause split where "so I", "and I", "even though I" ... start another, and where
+    a reason that starts with someone else ("because my sister ...") does."""
+    parts: list[str] = []
     for part in _EN_JOINED.split(clause):
+        pieces = _EN_OTHERS_REASON.split(part)
+        parts.append(pieces[0])
+        for piece in pieces[1:]:
+            if persons(" ".join(piece.split()[:5])):
+                parts.append(piece)
+            else:
+                parts[-1] += piece
+    out: list[str] = []
+    for part in parts:
         if out and (not out[-1].strip() or (_SHORT_JOIN.match(part) and (
             len(out[-1].split()) < 3 or _NOUN_PHRASE.match(out[-1])))):
             out[-1] += part  # the space before "so"; "My older sister and I share a flat"
@@ -308,7 +325,7 @@ def subject(clause: str, zh: bool) -> str:
         text = _ZH_TIME_LEAD.sub("", text) if _ZH_TIME_LEAD.sub("", text).startswith("我") else text
         if _ZH_NAMES_RELATION.match(text) or text.startswith(("我和", "我跟")) or _ZH_REPORTED_SELF.match(text):
             return "self"
-        if _zh_relative(text):
+        if _zh_relative(text) or _ZH_GROUP_SUBJECT.match(text):
             return "other"
         if text.startswith(("我", "咱")) or _ZH_TOPIC_FIRST.match(text):
             return "self"
@@ -443,6 +460,44 @@ _PURE_RETRACTION = re.compile(r"^(?:(?:还是)?算了|不对|scratch that|change
                               r"[\s,，!！.。…]*$", re.IGNORECASE)
 
 
+# After "scratch that", what holds now; unless it only says what was wrong with the old ("it's too slow").
+_TAKEN_BACK = re.compile(r"^(?:(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|on second thought)[\s,，!！.。…—–-]*"
+                         r"(?P<rest>.*)$", re.IGNORECASE | re.DOTALL)
+_ABOUT_THE_OLD = re.compile(r"^(?:(?:on|about|regarding|it|that|this|those|these|they|because|since|too|so|but)\b|太|因为|这|那|不过|但)",
+                            re.IGNORECASE)
+
+
+def names_what_holds(text: str) -> bool:
+    """Whether a sentence that takes back what was said also says, after its "changed my mind",
+    what holds now ("Changed my mind, going with terracotta!", "算了，还是选红色吧"): then it is
+    the whole change of mind, and the next sentence is a fact of its own."""
+    m = _TAKEN_BACK.match(text.strip())
+    if m is None:
+        return False
+    rest = m.group("rest").strip()
+    return bool(rest) and not _ABOUT_THE_OLD.match(rest) and len(rest) >= (2 if is_chinese(rest) else 6)
+
+
+# How often: a habit ("I usually study late", "我下班一般打车"), and one said to replace another
+# ("I'm up at 5 to study instead", "现在都骑电动车了").
+_EN_HABIT = re.compile(r"\b(?:usually|always|normally|typically|mostly|every (?:day|night|morning|evening|week|weekend)|"
+                       r"most (?:days|nights|mornings|evenings)|tend to)\b", re.IGNORECASE)
+_ZH_HABIT = re.compile(r"一般|平时|通常|总是|经常|每天|每周|每晚|每次|习惯")
+_EN_IN_ITS_PLACE = re.compile(r"\binstead\b|\bnowadays\b|\bthese days\b", re.IGNORECASE)
+_ZH_IN_ITS_PLACE = re.compile(r"(?:现在|如今|最近)(?:都|改|只|换)|都改")
+
+
+def is_habit(text: str) -> bool:
+    """Whether a statement says what the user does as a rule: "usually", "every morning", "一般"."""
+    return bool((_ZH_HABIT if is_chinese(text) else _EN_HABIT).search(text))
+
+
+def replaces_habit(text: str) -> bool:
+    """Whether a statement says what the user does in place of what they did: "instead",
+    "nowadays", "现在都…", "现在改…"."""
+    return bool((_ZH_IN_ITS_PLACE if is_chinese(text) else _EN_IN_ITS_PLACE).search(text))
+
+
 def _zh_speaker_implied(text: str) -> bool:
     """Whether a Chinese clause without a subject is the speaker's by its shape: it says when or
     how often ("现在只喝美式"), or drops a habit with its object first ("日语先不学了")."""
@@ -538,7 +593,9 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
                 reason_at = None
             kept.append(clause)
             leading = []
-            own = own or who == "self" or not about_self
+            # A Chinese clause whose shape says it is the speaker's ("生活的还在印象笔记里", "坐标长沙") is
+            # the user's own, whatever the sentence before.
+            own = own or who == "self" or not about_self or (zh and who == "none" and _zh_speaker_implied(text))
             # What follows "我爸今年六十五" is the father's ("有高血压").
             relation = names_relation(clause, zh)
             about_self = not relation

@@ -30,6 +30,7 @@ again over the same messages adds nothing and records no new decision.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -37,15 +38,14 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agent_memory.audit import memory_event
-from agent_memory.clauses import is_event
+from agent_memory.clauses import clauses, is_chinese, is_event, is_habit, replaces_habit, subject
 from agent_memory.errors import InvalidInputError
 from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
 from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
-from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised
+from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised, sentences
 from agent_memory.service import MemoryService, group_sessions
-from agent_memory.stance import persons
 from agent_memory.store import RecallFilter
 from agent_memory.text import cjk_share, keyword_text, lexical_similarity
 from agent_memory.wording import content_terms, topic_words
@@ -166,8 +166,10 @@ def _meta(record: MemoryRecord, key: str) -> Any:
 def _retractable(record: MemoryRecord) -> bool:
     """Whether a change of mind can take a memory back: a fact, habit, plan or instruction of the
     user's own, not something that happened ("gave a talk about VS Code") or someone else's fact
-    ("my boss takes oat milk")."""
-    return (record.memory_type != "episodic" or not is_event(record.content)) and not persons(record.content)
+    ("my boss takes oat milk"); one that only mentions someone ("I study after the kids are
+    asleep") is the user's."""
+    own = subject(record.content, is_chinese(record.content)) != "other"
+    return (record.memory_type != "episodic" or not is_event(record.content)) and own
 
 
 def _asserted_text(record: MemoryRecord) -> str:
@@ -189,6 +191,28 @@ def _states(old: str, asserted: str) -> bool:
         return True
     words = content_terms(old_n)
     return bool(words) and not cjk_share(old_n) and words <= content_terms(asserted)
+
+
+# What is left stands alone when it opens with the user; not with "so" or "because", whose clause
+# follows from the one taken back ("vegetarian, so I basically live on carbs").
+_OWN_START = re.compile(r"^\W*(?:(?:oh|also|honestly|actually|btw|对了|另外|其实)\W+)*(?:i\b|i'|my\b|we\b|our\b|我)", re.IGNORECASE)
+
+
+def still_holds(old: MemoryRecord, replaced: Sequence[str]) -> str:
+    """What a memory that a change of mind revises in part still says: its clauses that state none
+    of the old values ("我是素食者，蛋奶都吃" after "今年起我不再吃蛋了": "我是素食者"). Empty when
+    every clause, or none, states one, or when what is left does not open with the user."""
+    pieces = []
+    left_out = False
+    for sentence in sentences(old.content):
+        parts = clauses(sentence)
+        kept = [c for c in parts if not any(_states(value, normalised(c)) for value in replaced)]
+        left_out = left_out or len(kept) < len(parts)
+        if kept:
+            pieces.append("".join(kept).strip().rstrip(",，;；:：—– "))
+    if not left_out or not pieces or not _OWN_START.match(pieces[0]):
+        return ""
+    return ("" if is_chinese(pieces[0]) else " ").join(pieces)
 
 
 class _Decider:
@@ -312,13 +336,14 @@ class _Decider:
 
         One that names an old value no memory states as written takes back the latest statement
         that shares a content word with that value ("quit the coke" and "4 cans of Coke Zero a
-        day"). "Scratch that", "changed my mind", "no longer", "算了" (strong) that name nothing
-        take back what the user said last in this conversation. "From now on", "now", "以后都"
-        (weak) take back only what they are about: the latest statement of this conversation that
-        shares a content word with it, else the user's closest earlier statement, by the overlap of
-        their content words (at least `extraction_retract_similarity`) or, where the model reads
-        both, cosine (at least `extraction_retract_cosine`). Events and other people's facts are
-        never taken back.
+        day"). Any other takes back the latest statement of this conversation that shares a content
+        word with it ("Scratch that ... Spanish only when I say so" takes back "every answer in
+        Spanish", not the sentence said after it). Else "scratch that", "changed my mind", "no
+        longer", "算了" (strong) take back what the user said last in this conversation; "from now
+        on", "now", "以后都" (weak) take back only what they are about: the user's closest earlier
+        statement, by the overlap of their content words (at least `extraction_retract_similarity`)
+        or, where the model reads both, cosine (at least `extraction_retract_cosine`). Events and
+        other people's facts are never taken back.
         """
         earlier = [r for r in self._recent(record) if _retractable(r)]
         session = [r for r in earlier if r.session_id == record.session_id]
@@ -326,12 +351,17 @@ class _Decider:
             # It names what it takes back: only a statement about that, in any wording.
             named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
             return next((o for o in earlier if named & topic_words(_asserted_text(o))), None)
-        if candidate.retracts == "strong" and session:
-            return session[0]
         about = topic_words(_asserted_text(record))
         for other in session:
             if about & topic_words(_asserted_text(other)):
                 return other  # the latest statement of this conversation about the same thing
+        if candidate.retracts == "strong" and session:
+            return session[0]
+        if replaces_habit(record.content):
+            # "Nowadays I'm up at 5 to study instead" takes back "I usually do it late at night".
+            habit = next((o for o in session if is_habit(o.content)), None)
+            if habit is not None:
+                return habit
         bars = self.settings.extraction
         best, best_score = None, 1.0  # relative to the bars: 1.0 is "at a bar"
         candidates = {r.id: r for r in [*earlier, *(p for p in pool if _retractable(p))]}
@@ -393,9 +423,12 @@ class _Decider:
             if taken_back is not None:
                 contradicted.append(taken_back)
         if stored_self is not None:
-            # Extracted before from the same messages: nothing to add; finish any supersede left undone.
+            # Extracted before from the same messages: nothing to add; finish any supersede left
+            # undone (none when it was itself taken back since).
             self.result.unchanged += 1
             holder = stored_self
+            if stored_self.status != "active":
+                return
         else:
             others = [o for o in pool if o not in contradicted]
             target = self._restated(candidate, record, others)
@@ -409,6 +442,28 @@ class _Decider:
         for old in contradicted:
             if old.id != holder.id and not kept_apart(old, holder):  # a restored memory stays restored
                 self._supersede(old, holder)
+                if candidate.replaces:
+                    self._keep_rest(old, candidate.replaces)
+
+    def _keep_rest(self, old: MemoryRecord, replaced: Sequence[str]) -> None:
+        """What still holds of a memory revised in part is a memory of its own, from the same turns."""
+        rest = still_holds(old, replaced)
+        if not rest:
+            return
+        item = NewMemory(
+            user_id=old.user_id, content=rest, memory_type=old.memory_type, agent_id=old.agent_id,
+            session_id=old.session_id, importance=old.importance, confidence=old.confidence, created_at=old.created_at,
+            source_ids=list(old.source_ids), metadata={"extractor": _meta(old, "extractor") or "rules", "kept_from": old.id},
+        )
+        if _meta(old, "replaces"):
+            item.metadata["replaces"] = list(_meta(old, "replaces"))  # what it took back itself stays taken back
+        record = self.service.prepare(self.scope.org_id, item)
+        record.id = extracted_id(self.scope.org_id, record.user_id, record.source_ids, record.content)
+        if record.id in self.new:
+            return
+        self.service.embed_records([record])
+        self.new[record.id] = record
+        self.result.created.append(record.id)
 
     def _reinforce(self, target: MemoryRecord, record: MemoryRecord) -> None:
         if set(record.source_ids) <= set(target.source_ids):

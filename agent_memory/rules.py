@@ -23,6 +23,7 @@ from agent_memory.clauses import (
     instruction,
     is_chinese,
     is_event,
+    names_what_holds,
     read_sentence,
     statement,
     subject,
@@ -266,8 +267,14 @@ _NOT_AN_ANSWER = re.compile(
     re.IGNORECASE,
 )
 # What goes on as before: not what a change of mind replaces its old value with.
-_CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|还是|仍然|依然|继续")
+_CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|还是|还(?:在|吃|喝|用|住|玩|练|有)|仍然|依然|继续")
 # A list item's mark ("- freelance illustrator", "2) 住在杭州").
+# At most this many words without a subject, after a statement, say more of it ("Like 0.01%.").
+_ELABORATION_WORDS = 6
+# Words that make a clause of their own: a subject pronoun, or a verb that agrees with one.
+_CLAUSE_WORDS = re.compile(r"\b(?:i|we|you|he|she|they|it|is|are|am|was|were|be|been|do|does|did|have|has|had|will|would|"
+                           r"can|could|should|must|need|want|get|got|go|went|don'?t|doesn'?t|can'?t)\b|'(?:s|re|m|ve|ll|d)\b",
+                           re.IGNORECASE)
 _BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
 # A point between digits is a decimal point ("0.01%"), not the end of a sentence; a face or a
 # gesture ends one as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").
@@ -282,6 +289,8 @@ _QUOTED = re.compile(rf"\"[^\"\n]*?{_PUNCT}[^\"\n]*?\"|“[^”\n]*?{_PUNCT}[^�
 _ABOUT_ME = re.compile(r"(?:some |for |a bit of )?(?:context|background|about me)\b|背景[:：]|关于我|我的情况|个人情况|简单介绍",
                        re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]\s*$")
+# What the answer should be like, said after the question: "下次选什么好？最好是小说。", "Any ideas? Ideally cheap."
+_ANSWER_WISH = re.compile(r"^(?:最好|尽量|preferably|ideally|bonus (?:points )?if)", re.IGNORECASE)
 
 
 def _end_of(sentence: str, content: str) -> str:
@@ -329,12 +338,21 @@ class RulesExtractor:
         out: list[Candidate] = []
         pending: Candidate | None = None  # a retraction waiting for the statement of what holds now
         pending_end = ""  # the punctuation that ended the retraction's sentence
-        about_self = introduced = False
+        about_self = introduced = asked = False
+        made_before = False  # whether the sentence before gave a candidate
         for sentence in sentences(message.content):
+            listed = bool(_BULLET.match(sentence))
             sentence = _BULLET.sub("", sentence)
             zh = is_chinese(sentence)
+            after_question, asked = asked, bool(_QUESTION.search(sentence))
+            if after_question and _ANSWER_WISH.match(sentence):
+                continue  # "…选什么好？最好是小说。": what the answer should be, not a fact
             # After "some context:", until someone else is the subject.
-            introduced = (introduced or bool(_ABOUT_ME.match(sentence))) and subject(sentence, zh) != "other"
+            preface = _ABOUT_ME.match(sentence)
+            introduced = (introduced or bool(preface)) and subject(sentence, zh) != "other"
+            rest = sentence[preface.end():] if preface else ""
+            if preface and (len(terms(rest)) < 2 or subject(rest, zh) == "other"):
+                continue  # "Some context so you stop asking 😅": it says facts follow, and states none
             reading = read_sentence(sentence, previous_self=about_self or introduced)
             about_self = reading is not None
             stated = statement(sentence)
@@ -371,7 +389,17 @@ class RulesExtractor:
                 candidate.retracts = candidate.retracts or reading.flip
                 candidate.replaces = list(dict.fromkeys([*candidate.replaces, *reading.old]))
             if candidate is None:
+                made_before = False
                 continue
+            if (made_before and pending is None and candidate.rule == "clause" and not (zh or listed or introduced)
+                    and len(sentence.split()) <= _ELABORATION_WORDS and not _CLAUSE_WORDS.search(sentence)
+                    and not _CONTINUES.search(sentence)):
+                # "... the interest is a joke. Like 0.01%.": a few words without a subject or verb say
+                # more of the sentence before, not a fact of their own.
+                joint = " " if out[-1].content.rstrip().endswith((".", "!", "?")) else ". "
+                out[-1].content = f"{out[-1].content.rstrip()}{joint}{candidate.content}"
+                continue
+            made_before = True
             if pending is not None and not _CONTINUES.search(candidate.content) and not (
                 candidate.memory_type == "episodic" and not candidate.retracts
             ):
@@ -388,7 +416,7 @@ class RulesExtractor:
             if pending is not None and candidate.retracts:
                 out.append(pending)  # another change of mind starts: the first says nothing more
                 pending = None
-            if candidate.retracts == "strong" and not (candidate.value and candidate.replaces):
+            if candidate.retracts == "strong" and not (candidate.value and candidate.replaces) and not names_what_holds(sentence):
                 # It says what no longer holds; what holds now may follow in the next sentence.
                 pending, pending_end = candidate, _end_of(sentence, candidate.content)
                 continue

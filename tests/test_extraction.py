@@ -235,6 +235,10 @@ def test_low_confidence_candidates_are_not_stored(make_service: Any, clock: Cloc
      "Naples"),
     # What happened once and holds since is a fact a change of mind takes back.
     ("I switched my phone to a Pixel a few weeks ago.", "Gave up lol. I went back to my old iPhone yesterday.", "iPhone"),
+    # A habit said to replace another takes back the habit, in other words; someone only mentioned
+    # ("after the kids are asleep") leaves the habit the user's.
+    ("I usually hit the gym late at night after the kids are asleep.", "These days I swim at 6am instead.", "swim"),
+    ("我下班一般打车回家。", "现在都骑电动车了，上周刚买的。", "电动车"),
 ])
 def test_a_change_of_mind_in_other_words_supersedes_what_it_is_about(
     service: MemoryService, before: str, after: str, new: str
@@ -245,6 +249,42 @@ def test_a_change_of_mind_in_other_words_supersedes_what_it_is_about(
     assert before not in active
     assert any(new in text for text in active), active
     assert [r.content for r in service.list(U, limit=10, status="superseded").records] == [before]
+
+
+def test_scratch_that_takes_back_what_it_is_about_not_the_last_sentence(service: MemoryService) -> None:
+    instruction = "From now on I want every answer in Spanish, please."
+    records = _log(service, [("user", f"{instruction} I'm trying to get back to B2 level."), ("assistant", "¡Claro!"),
+                             ("user", "Scratch that, English by default, and Spanish only when I say 'practice mode'.")])
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    assert [r.content for r in service.list(U, limit=10, status="superseded").records] == [instruction]
+    assert any("B2" in text for text in _active(service))
+
+
+@pytest.mark.parametrize(("before", "after", "kept"), [
+    ("我是素食者，蛋奶都吃。", "补充一下，今年起我不再吃蛋了。", "我是素食者"),
+    ("I'm a night owl, and I no longer drink coffee after lunch. I play chess at the Riverside club.",
+     "I quit the Riverside club.", "I'm a night owl"),
+])
+def test_a_change_of_mind_that_revises_part_of_a_memory_keeps_the_rest(
+    service: MemoryService, before: str, after: str, kept: str
+) -> None:
+    records = _log(service, [("user", before), ("assistant", "OK."), ("user", after)])
+    first = extract_and_store(service, "acme", records, "rules", actor="test")
+    active = _active(service)
+    assert before not in active and any(text.startswith(kept) for text in active), active
+    assert not any(("蛋奶" in text or "Riverside club." in text) and text != after for text in active), active
+    again = extract_and_store(service, "acme", records, "rules", actor="test")  # a rerun adds nothing
+    assert again.created == [] and sorted(_active(service)) == sorted(active) and first.created
+
+
+def test_a_change_of_mind_that_says_what_holds_ends_there(service: MemoryService) -> None:
+    records = _log(service, [("user", "We're repainting the living room on the 22nd."), ("assistant", "Nice!"),
+                             ("user", "Changed my mind, going with terracotta! And it's pushed to the 29th because my "
+                                      "brother-in-law can only help that weekend.")])
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    active = _active(service)
+    assert "Changed my mind, going with terracotta!" in active and any("29th" in text for text in active), active
+    assert not any("brother-in-law" in text for text in active), active  # his reason, not the user's fact
 
 
 @pytest.mark.parametrize(("turn", "kept", "not_kept"), [
@@ -271,7 +311,11 @@ def test_a_change_of_mind_in_other_words_supersedes_what_it_is_about(
     # What a doctor says of the user; a text quoted to be edited; facts listed after "some context".
     ("医生说我血糖偏高，这几天吃饭要注意啥？", "血糖偏高", None),
     ("帮我把这段话改正式一点：'王总，明天我请一天假，家里有点事。'", None, "请一天假"),
-    ("Some context so you stop asking 😅\n- freelance illustrator\n- based in Leipzig", "illustrator", None),
+    ("Some context so you stop asking 😅\n- freelance illustrator\n- based in Leipzig", "illustrator", "context"),
+    ("帮我润色一下简历。背景：做了八年小学语文老师，现在想转去做课程研发。", "语文老师", "润色"),
+    # What the answer should be like, said after the question; what others do.
+    ("我们读书会每个月聚一次，下次选什么书好？最好是小说。", None, "小说"),
+    ("现在大家轮流选书，下个月轮到老周。", None, "老周"),
     ("the Pixel died last month 💀 I'm on an iPhone 15 now. How do I back it up?", "iPhone 15", None),
     ("Can you stop adding disclaimers at the end of every answer?", "disclaimers", None),
     ("别再叫我'您'了，怪别扭的，叫我小周就行。", "小周", None),

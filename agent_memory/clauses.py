@@ -516,7 +516,8 @@ def _gives_reason(text: str, zh: bool, who: str) -> bool:
 _EN_CONDITION = re.compile(r"^(?:if|suppose|supposing)\b", re.IGNORECASE)
 _ZH_CONDITION = re.compile(r"^[^，。]{0,3}?(?:如果|要是|假如|假设|万一|若是)")
 _EN_WOULD = re.compile(r"\b(?:would|could|might|i'?d)\b", re.IGNORECASE)
-_ZH_WOULD = re.compile(r"就|会|肯定|一定")
+# "会" as would, not inside a word ("会计", "开会", "聚会"); "就" as then, not "我就是", which stresses a fact.
+_ZH_WOULD = re.compile(r"(?<!我)就|我就(?!是)|(?<![开聚约晚例集社体学协机宴])会(?![计议员场所长话谈面合])|肯定|一定")
 # Who the user is, said to frame a question: "As a nurse on night shifts, ...", "作为一个理发师，…".
 _EN_AS = re.compile(r"^(\s*)as (an? (?!kid\b|child\b|teen|baby\b|student\b|result\b|side\b|matter\b|rule\b|aside\b|"
                     r"reminder\b|heads\b|bonus\b|whole\b|team\b|family\b|general\b)[^,]+)(?=,\s*$)", re.IGNORECASE)

@@ -300,6 +300,8 @@ def test_a_change_of_mind_that_says_what_holds_ends_there(service: MemoryService
     ("作为一个常年上夜班的保安，白天怎么才能睡踏实？", "保安", None),
     ("As a nurse on night shifts, how do I sleep during the day?", "nurse", "sleep"),
     ("要是能中五百万，我第一件事就是带爸妈去环球旅行，哈哈。", None, "环球旅行"),
+    ("如果你需要知道的话，我是会计，每周一开会。", "会计", None),  # "会" inside a word is no "would"
+    ("要是明天下雨，我会在家办公。", None, "在家办公"),
     # Someone else's clause, then the user's after "and I" / "even though I".
     ("Priya on my team is vegan and I'm allergic to soy. Any cuisines that work for both of us?", "soy", "vegan"),
     ("My manager, Derek, keeps putting meetings at 8am even though I do school drop-off every morning.", "drop-off",

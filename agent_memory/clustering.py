@@ -19,7 +19,9 @@ linkage (connected components) would. Linkage is repeated over the survivors unt
 merges, so that a second run finds nothing to do.
 
 Pairs the rules refuse but that come close (near misses) may be put to a judge (an LLM, see
-`agent_memory.judges`); the pairs it confirms are linked too.
+`agent_memory.judges`); the pairs it confirms are linked too. So may the rules' doubtful links
+(a word swapped, other wording, Chinese not word for word the same): a pair it calls two facts
+is unlinked before anything merges.
 """
 
 from __future__ import annotations
@@ -321,12 +323,50 @@ def _lexical_misses(texts: _Texts, settings: Settings, links: Links) -> list[Nea
             and texts.agree(i, j)]
 
 
+def _doubtful(texts: _Texts, links: Links) -> list[NearMiss]:
+    """The rules' links that rest on closeness rather than on the same words in the same order:
+    where the model reads both, one content word swapped or other wording ("likes cats", "likes
+    dogs" score alike) and the same words in another order (roles may be swapped); where it
+    cannot (Chinese with the bundled model), a lexical similarity short of identical. Exact
+    duplicates, and the same content words in the same order, are not in doubt."""
+    found = [(similarity, i, j) for i in links for j, similarity in links[i].items()
+             if j > i and _in_doubt(texts, i, j, similarity)]
+    return sorted(found)  # the least similar first: the most in doubt
+
+
+def _in_doubt(texts: _Texts, i: int, j: int, similarity: float) -> bool:
+    if texts.keys[i] == texts.keys[j]:
+        return False
+    if texts.unreadable[i] or texts.unreadable[j]:
+        return similarity < 1.0 - 1e-9
+    # The same content words in another order may swap who does what ("prefers tea over coffee").
+    return texts.sequences[i] != texts.sequences[j]
+
+
 class _JudgedPairs:
-    """The near misses one user's planning has put to a judge: each pair is asked about once."""
+    """The pairs one user's planning has put to a judge: each near miss is asked about once, and
+    the rules' doubtful links once, before anything merges."""
 
     def __init__(self, judge: Judge) -> None:
         self.judge = judge
         self.asked: set[tuple[int, int, int]] = set()
+
+    def review(self, records: Sequence[MemoryRecord], links: Links, doubtful: list[NearMiss]) -> None:
+        """Unlink the doubtful links the judge finds to be two facts ("不喝咖啡，只喝茶" against
+        "不喝茶，只喝咖啡" in words the guards missed); a pair without a verdict stays linked."""
+        if not doubtful:
+            return
+        pairs = [(records[i].content, records[j].content) for _, i, j in doubtful]
+        refuse = getattr(self.judge, "refused", None)  # a judge that remembers knows what it did not ask
+        if refuse is not None:
+            different = refuse(pairs)
+        else:
+            same = self.judge(pairs)
+            different = set() if same is None else set(range(len(pairs))) - same
+        for k in different:
+            _, i, j = doubtful[k]
+            links[i].pop(j, None)
+            links[j].pop(i, None)
 
     def confirm(self, part_key: int, records: Sequence[MemoryRecord], links: Links, misses: list[NearMiss],
                 alive: set[int]) -> bool:
@@ -411,7 +451,10 @@ def cluster_memories(
     asking = _JudgedPairs(judge) if judge is not None else None
     for part_key, indices in enumerate(partitions.values()):
         part = [records[i] for i in indices]
-        links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None, idf=idf)
+        texts = _Texts.of(part, settings, idf)
+        links, misses = _links(part, vectors[indices], settings, near_misses=asking is not None, texts=texts)
+        if asking is not None and settings.consolidation.judge_reviews:
+            asking.review(part, links, _doubtful(texts, links))
         # Survivor -> the partition indices it stands for; repeat until nothing more merges. The
         # judge is asked only when the rules' links are used up, and only about survivors: a
         # merge's survivor may lack a link its absorbed memories had, so it is asked again.
@@ -441,8 +484,11 @@ def cluster_memories(
 
 def _signals(texts: _Texts, i: int, j: int, cosine: float, linked: bool, idf: dict[str, float]) -> dict[str, Any]:
     (neg_i, people_i, time_i), (neg_j, people_j, time_j) = texts.stances[i], texts.stances[j]
+    lexical = weighted_overlap(texts.features[i], texts.features[j], idf)
     return {
         "linked": linked,
+        # Linked on closeness, not the same words: an LLM judge, where configured, reviews it.
+        "doubtful": linked and _in_doubt(texts, i, j, lexical),
         "exact": texts.keys[i] == texts.keys[j],
         "kept_apart": texts.kept_apart(i, j),
         "negation": [neg_i, neg_j],
@@ -455,7 +501,7 @@ def _signals(texts: _Texts, i: int, j: int, cosine: float, linked: bool, idf: di
         "wording": rewording(texts.sequences[i], texts.sequences[j], texts.owned[i] | texts.owned[j]),
         "model_reads": not (texts.unreadable[i] or texts.unreadable[j]),
         "cosine": round(cosine, 3),
-        "lexical": round(weighted_overlap(texts.features[i], texts.features[j], idf), 3),
+        "lexical": round(lexical, 3),
     }
 
 

@@ -136,30 +136,42 @@ class RememberedJudge:
         self.judge, self.store, self.scope, self.now, self.budget = judge, store, scope, now, budget
         self.name = str(getattr(judge, "name", type(judge).__name__))
         self.fresh: dict[str, bool] = {}
-        self.asked = self.remembered = self.unasked = self.confirmed = 0
+        self.asked = self.remembered = self.unasked = self.confirmed = self.refused_links = 0
 
     def pair_id(self, a: str, b: str) -> str:
         """The key of a pair's verdict: this user, this judge, and the two texts in either order."""
         ha, hb = sorted(stable_id("text", text) for text in (a, b))
         return stable_id("verdict", self.scope.org_id, self.scope.user_id, self.name, ha, hb)
 
-    def __call__(self, pairs: Sequence[tuple[str, str]]) -> set[int] | None:
-        """The remembered verdicts, and the judge's on as many unknown pairs as the budget allows."""
+    def verdicts(self, pairs: Sequence[tuple[str, str]]) -> dict[int, bool]:
+        """Each pair's verdict (the same fact or not), remembered or the judge's on as many unknown
+        pairs as the budget allows; a pair left unasked, or asked of a judge that failed, has none."""
         ids = [self.pair_id(a, b) for a, b in pairs]
         known = {**self.store.verdicts(self.scope, ids), **self.fresh}
-        unknown = [k for k, pair_id in enumerate(ids) if pair_id not in known]
-        same = {k for k, pair_id in enumerate(ids) if known.get(pair_id)}
-        self.remembered += len(pairs) - len(unknown)
+        out = {k: known[pair_id] for k, pair_id in enumerate(ids) if pair_id in known}
+        unknown = [k for k in range(len(pairs)) if k not in out]
+        self.remembered += len(out)
         ask, self.unasked = unknown[: max(self.budget, 0)], self.unasked + max(len(unknown) - self.budget, 0)
         if ask:
             self.budget -= len(ask)
             self.asked += len(ask)
             fresh = self.judge([pairs[k] for k in ask])
             if fresh is not None:
-                same |= {ask[x] for x in fresh if 0 <= x < len(ask)}
-                self.fresh.update({ids[k]: k in same for k in ask})
+                for x, k in enumerate(ask):
+                    out[k] = self.fresh[ids[k]] = x in fresh
+        return out
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> set[int] | None:
+        """The pairs found the same fact (remembered verdicts, and the judge's within the budget)."""
+        same = {k for k, verdict in self.verdicts(pairs).items() if verdict}
         self.confirmed += len(same)
         return same
+
+    def refused(self, pairs: Sequence[tuple[str, str]]) -> set[int]:
+        """The pairs found to be two facts (linked by the rules, put to the judge for review)."""
+        different = {k for k, verdict in self.verdicts(pairs).items() if not verdict}
+        self.refused_links += len(different)
+        return different
 
     def keep(self) -> None:
         """Write this run's new verdicts, if the user still has memories (not erased meanwhile)."""
@@ -172,6 +184,7 @@ class RememberedJudge:
                         exc_info=True)
 
     def tally(self) -> dict[str, int]:
-        """Pairs put to the judge, whose verdict was remembered, left for a later run, and found the same."""
+        """Pairs put to the judge, whose verdict was remembered, left for a later run, found the same
+        (near misses linked), and found two facts (the rules' links undone)."""
         return {"asked": self.asked, "remembered": self.remembered, "unasked": self.unasked,
-                "confirmed": self.confirmed}
+                "confirmed": self.confirmed, "refused": self.refused_links}

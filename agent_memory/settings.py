@@ -289,6 +289,10 @@ class ConsolidationSettings(Group):
                                   description="Cosine from which a near miss goes to the judge.")
     judge_lexical_similarity: float = env("consolidation_judge_lexical_similarity", 0.3, gt=0, le=1,
                                           description="Lexical similarity from which one does, where the model cannot read.")
+    judge_reviews: bool = env(
+        "consolidation_judge_reviews", True,
+        description="Also put the rules' doubtful links (one word swapped, other wording, Chinese not word for word the "
+                    "same) to the LLM judge; a pair it calls two facts is not merged.")
     judge_max_pairs: int = env("consolidation_judge_max_pairs", 100, ge=0, le=500, description="Pairs judged per user and run.")
     oov_guard: float = env("consolidation_oov_guard", 0.1, ge=0, le=1,
                            description="[UNK] share above which a text is compared lexically, not by cosine.")

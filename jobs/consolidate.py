@@ -266,7 +266,7 @@ def _totals(users: list[dict], dry_run: bool) -> dict[str, Any]:
     totals["users_changed"] = sum(1 for u in users if any(int(u.get(n, 0)) for n in COUNTS))
     judged = [u["judged"] for u in users if "judged" in u]
     if judged:
-        totals["judged"] = {k: sum(j[k] for j in judged) for k in ("asked", "remembered", "unasked", "confirmed")}
+        totals["judged"] = {k: sum(j[k] for j in judged) for k in ("asked", "remembered", "unasked", "confirmed", "refused")}
     return totals
 
 

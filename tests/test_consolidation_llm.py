@@ -29,8 +29,10 @@ def test_llm_summary_becomes_the_merged_content(make_service: Any, clock: Clock)
         assert consolidate(service, clock)["clusters"] == 1
     survivor = memories_of(service)[a]
     assert survivor.content == "The user's dog is named Max." and survivor.status == "active"
-    assert [r["body"]["messages"][0]["content"] for r in llm.requests] == [SUMMARY_PROMPT]  # no near miss to judge
-    assert "My dog is called Max" in llm.requests[0]["body"]["messages"][1]["content"]
+    # "called" for "named" is one word swapped: the judge reviews the link first; its answer is
+    # prose, no verdict, so the rules' link stands and the summary follows.
+    assert [r["body"]["messages"][0]["content"] for r in llm.requests] == [JUDGE_PROMPT, SUMMARY_PROMPT]
+    assert "My dog is called Max" in llm.requests[1]["body"]["messages"][1]["content"]
     hits = service.recall("acme", {"user_id": "alice", "query": "dog named Max"}).memories
     assert [h.id for h in hits] == [a]
 
@@ -87,7 +89,8 @@ def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock:
         # field, then a verdict (no pair is the same); summaries work.
         verdicts = iter(["They look the same to me.", json.dumps({"same": [7]}), "{}", json.dumps({"same": []})])
         llm.respond = lambda body: next(verdicts) if body["messages"][0]["content"] == JUDGE_PROMPT else _judge_reply(body)
-        service = make_service(clock=clock, **_llm_settings(llm))
+        # Near misses only: the rules' link of the dog pair is not put to review here.
+        service = make_service(clock=clock, consolidation_judge_reviews=False, **_llm_settings(llm))
         service.add_many("acme", [{"user_id": "alice", "content": t} for t in texts])
         runs = [consolidate(service, clock) for _ in range(5)]
     assert runs[0]["clusters"] == 1 and runs[0]["errors"] == []
@@ -95,6 +98,32 @@ def test_an_unusable_verdict_leaves_the_rules_clusters(make_service: Any, clock:
     assert [r["judged"]["asked"] for r in runs] == [1, 1, 1, 1, 0]
     assert [r["judged"]["remembered"] for r in runs] == [0, 0, 0, 0, 1]
     assert [r["clusters"] for r in runs[1:]] == [0, 0, 0, 0]
+
+
+def test_the_judge_reviews_the_rules_doubtful_links(make_service: Any, clock: Clock) -> None:
+    # One word swapped that the model scores alike (0.94): the rules link it; the judge says two facts.
+    weekends, weekdays = "The user works at the hospital on weekends", "The user works at the hospital on weekdays"
+    same = ["My dog is called Max", "My dog is named Max"]  # a word swapped, the same fact
+    with scripted_llm() as llm:
+        llm.respond = lambda body: json.dumps({"same": [p["pair"] for p in json.loads(body["messages"][1]["content"])[
+            "pairs"] if "dog" in p["a"]]}) if body["messages"][0]["content"] == JUDGE_PROMPT else _judge_reply(body)
+        service = make_service(clock=clock, **_llm_settings(llm))
+        ids = service.add_many("acme", [{"user_id": "alice", "content": t} for t in [weekends, weekdays, *same]]).ids
+        plan = consolidate(service, clock, dry_run=True)
+        report = consolidate(service, clock)
+        second = consolidate(service, clock)
+        off = make_service(clock=clock, consolidation_judge_reviews=False, **_llm_settings(llm))
+        off.add_many("acme", [{"user_id": "bob", "content": t} for t in (weekends, weekdays)])
+        without = consolidate(off, clock, user_id="bob", org_id="acme")
+    doubtful = {frozenset((p["a"]["content"], p["b"]["content"])): p["doubtful"] for p in plan["pair_detail"]}
+    assert doubtful[frozenset((weekends, weekdays))] and doubtful[frozenset(same)]
+    assert report["clusters"] == 1 and report["judged"]["refused"] == 1 and report["judged"]["asked"] == 2
+    rows = memories_of(service)
+    assert rows[ids[0]].status == rows[ids[1]].status == "active"
+    assert sorted(rows[i].status for i in ids[2:]) == ["active", "superseded"]
+    # Remembered: the next run asks nothing and merges nothing; without review the rules merge.
+    assert second["clusters"] == 0 and second["judged"]["asked"] == 0 and second["judged"]["remembered"] >= 1
+    assert without["clusters"] == 1
 
 
 def test_verdicts_are_not_kept_for_a_user_erased_during_the_run(service: MemoryService, clock: Clock) -> None:

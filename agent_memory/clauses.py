@@ -456,13 +456,12 @@ def _restates_clause(slip: str, fix: str, zh: bool) -> bool:
 
 
 # A clause that only takes back what was said: kept, it carries the change of mind.
-_PURE_RETRACTION = re.compile(r"^(?:(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|forget (?:that|it)|on second thought)"
-                              r"[\s,，!！.。…]*$", re.IGNORECASE)
+_TAKING_BACK = r"(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|forget (?:that|it)|on second thought"
+_PURE_RETRACTION = re.compile(rf"^(?:{_TAKING_BACK})[\s,，!！.。…]*$", re.IGNORECASE)
 
 
 # After "scratch that", what holds now; unless it only says what was wrong with the old ("it's too slow").
-_TAKEN_BACK = re.compile(r"^(?:(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|on second thought)[\s,，!！.。…—–-]*"
-                         r"(?P<rest>.*)$", re.IGNORECASE | re.DOTALL)
+_TAKEN_BACK = re.compile(rf"^(?:{_TAKING_BACK})[\s,，!！.。…—–-]*(?P<rest>.*)$", re.IGNORECASE | re.DOTALL)
 _ABOUT_THE_OLD = re.compile(r"^(?:(?:on|about|regarding|it|that|this|those|these|they|because|since|too|so|but)\b|太|因为|这|那|不过|但)",
                             re.IGNORECASE)
 

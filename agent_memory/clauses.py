@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from agent_memory.stance import WORK_ROLES, is_person_word, names_person_first, persons
-from agent_memory.text import CJK_RANGES, chinese_words
+from agent_memory.text import CJK_RANGES, chinese_words, terms
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
 # A colon between digits is a ratio or a time ("16:8", "7:40"), not a boundary.
@@ -121,11 +121,10 @@ _ZH_WISH = re.compile(r"^[^，。]{0,4}?(?:想|打算|希望)(?![念法])")
 _EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
 _ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面|楼下|楼上|隔壁|对面)")
 # Others as a group, after any word of when: "现在大家轮流选", "最近他们都…".
-_ZH_GROUP_SUBJECT = re.compile(r"^(?:现在|最近|后来|以后|平时)?(?:大家|他们|她们|别人|人家|其他人)")
+_ZH_GROUP_SUBJECT = re.compile(r"^(?:现在|最近|后来|以后|平时)?(?:大家|他们|她们|别人|人家|其他人)(?!都?(?:叫|喊|称呼)我)")
 # Chinese drops the subject: a clause that says when or how often, or how things changed, is
 # the speaker's when nobody else is named.
-_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|还在|仍在|"
-                            r"坐标|人在|"
+_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|"
                             r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔|改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打|用))")
 # Someone of the user's named or aged: "my daughter Mia", "my son just turned 5", "我女儿叫朵朵".
 # "My wife and I live in Denver": the user speaks, with someone.
@@ -232,27 +231,27 @@ def clauses(sentence: str) -> list[str]:
 
 # "... because my brother-in-law can only help that weekend": the reason is someone else's clause.
 _EN_OTHERS_REASON = re.compile(rf"(?<=\s)(?=(?:{_SUBORDINATORS}|since)\s+(?:my|our)\s+)", re.IGNORECASE)
+# "... because my wife and I are moving": the user is in it.
+_WITH_ME = re.compile(rf"^(?:{_SUBORDINATORS}|since)\s+(?:my|our)\s+(?:[\w-]+\s+){{1,3}}and\s+i\b", re.IGNORECASE)
 
 
 def _split_joined(clause: str) -> list[str]:
     """An English clause split where "so I", "and I", "even though I" ... start another, and where
     a reason that starts with someone else ("because my sister ...") does."""
-    parts: list[str] = []
-    for part in _EN_JOINED.split(clause):
-        pieces = _EN_OTHERS_REASON.split(part)
-        parts.append(pieces[0])
-        for piece in pieces[1:]:
-            if persons(" ".join(piece.split()[:5])):
-                parts.append(piece)
-            else:
-                parts[-1] += piece
-    out: list[str] = []
-    for part in parts:
-        if out and (not out[-1].strip() or (_SHORT_JOIN.match(part) and (
-            len(out[-1].split()) < 3 or _NOUN_PHRASE.match(out[-1])))):
-            out[-1] += part  # the space before "so"; "My older sister and I share a flat"
+    reasons: list[str] = []
+    for piece in _EN_OTHERS_REASON.split(clause):
+        if reasons and not (persons(" ".join(piece.split()[:5])) and not _WITH_ME.match(piece)):
+            reasons[-1] += piece  # "because my knee hurts", "because my wife and I are moving"
         else:
-            out.append(part)
+            reasons.append(piece)
+    out: list[str] = []
+    for reason in reasons:
+        for part in _EN_JOINED.split(reason):
+            if out and (not out[-1].strip() or (_SHORT_JOIN.match(part) and (
+                len(out[-1].split()) < 3 or _NOUN_PHRASE.match(out[-1])))):
+                out[-1] += part  # the space before "so"; "My older sister and I share a flat"
+            else:
+                out.append(part)
     return out
 
 
@@ -474,16 +473,17 @@ def names_what_holds(text: str) -> bool:
     if m is None:
         return False
     rest = m.group("rest").strip()
-    return bool(rest) and not _ABOUT_THE_OLD.match(rest) and len(rest) >= (2 if is_chinese(rest) else 6)
+    return bool(terms(rest)) and not _ABOUT_THE_OLD.match(rest)
 
 
 # How often: a habit ("I usually study late", "我下班一般打车"), and one said to replace another
-# ("I'm up at 5 to study instead", "现在都骑电动车了").
+# ("I'm up at 5 to study instead").
 _EN_HABIT = re.compile(r"\b(?:usually|always|normally|typically|mostly|every (?:day|night|morning|evening|week|weekend)|"
                        r"most (?:days|nights|mornings|evenings)|tend to)\b", re.IGNORECASE)
 _ZH_HABIT = re.compile(r"一般|平时|通常|总是|经常|每天|每周|每晚|每次|习惯")
-_EN_IN_ITS_PLACE = re.compile(r"\binstead\b|\bnowadays\b|\bthese days\b", re.IGNORECASE)
-_ZH_IN_ITS_PLACE = re.compile(r"(?:现在|如今|最近)(?:都|改|只|换)|都改")
+# Said to be in place of something: "instead" (not "these days", which says only what holds now;
+# Chinese says it with "改" and "换", which take back what was said before on their own).
+_IN_ITS_PLACE = re.compile(r"\binstead\b", re.IGNORECASE)
 
 
 def is_habit(text: str) -> bool:
@@ -492,15 +492,20 @@ def is_habit(text: str) -> bool:
 
 
 def replaces_habit(text: str) -> bool:
-    """Whether a statement says what the user does in place of what they did: "instead",
-    "nowadays", "现在都…", "现在改…"."""
-    return bool((_ZH_IN_ITS_PLACE if is_chinese(text) else _EN_IN_ITS_PLACE).search(text))
+    """Whether a statement says what the user does in place of what they did: "instead"."""
+    return bool(_IN_ITS_PLACE.search(text))
+
+
+# Where the user is, or what of theirs is still where it was: "坐标长沙", "人在深圳", "生活的还在印象笔记里"
+# (a part of theirs named with 的; not "快递还在路上").
+_ZH_STILL_MINE = re.compile(r"^(?:坐标|人在)|^(?:[^，。]{1,4}的)?(?:还在|仍在)")
 
 
 def _zh_speaker_implied(text: str) -> bool:
     """Whether a Chinese clause without a subject is the speaker's by its shape: it says when or
-    how often ("现在只喝美式"), or drops a habit with its object first ("日语先不学了")."""
-    return bool(_ZH_SELF_MARKS.search(text) or _ZH_DROPPED_HABIT.match(text))
+    how often ("现在只喝美式"), where the user is ("坐标长沙"), or drops a habit with its object
+    first ("日语先不学了")."""
+    return bool(_ZH_SELF_MARKS.search(text) or _ZH_STILL_MINE.match(text) or _ZH_DROPPED_HABIT.match(text))
 
 
 def _gives_reason(text: str, zh: bool, who: str) -> bool:
@@ -515,8 +520,15 @@ def _gives_reason(text: str, zh: bool, who: str) -> bool:
 _EN_CONDITION = re.compile(r"^(?:if|suppose|supposing)\b", re.IGNORECASE)
 _ZH_CONDITION = re.compile(r"^[^，。]{0,3}?(?:如果|要是|假如|假设|万一|若是)")
 _EN_WOULD = re.compile(r"\b(?:would|could|might|i'?d)\b", re.IGNORECASE)
-# "会" as would, not inside a word ("会计", "开会", "聚会"); "就" as then, not "我就是", which stresses a fact.
-_ZH_WOULD = re.compile(r"(?<!我)就|我就(?!是)|(?<![开聚约晚例集社体学协机宴])会(?![计议员场所长话谈面合])|肯定|一定")
+_ZH_WOULD = re.compile(r"就|肯定|一定")
+_ZH_PRONOUNS = frozenset("我 你 他 她 它 我们 你们 他们 她们 咱们".split())
+
+
+def _zh_would(clause: str) -> bool:
+    """Whether a Chinese clause says what would follow: "就", "肯定", or "会" as a word of its own
+    ("我会长期坚持", "我们会合伙开店"), not inside another ("会计", "开会")."""
+    return bool(_ZH_WOULD.search(clause)) or any(
+        w == "会" or (w.endswith("会") and w[:-1] in _ZH_PRONOUNS) for w in chinese_words(clause))
 # Who the user is, said to frame a question: "As a nurse on night shifts, ...", "作为一个理发师，…".
 _EN_AS = re.compile(r"^(\s*)as (an? (?!kid\b|child\b|teen|baby\b|student\b|result\b|side\b|matter\b|rule\b|aside\b|"
                     r"reminder\b|heads\b|bonus\b|whole\b|team\b|family\b|general\b)[^,]+)(?=,\s*$)", re.IGNORECASE)
@@ -554,7 +566,7 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
         if (_ZH_CONDITION if zh else _EN_CONDITION).match(_bare(clause, zh)):
             conditional = True  # "要是能中五百万，…"; not "如果你需要知道的话，我对花生过敏"
             continue
-        if conditional and (_ZH_WOULD if zh else _EN_WOULD).search(clause):
+        if conditional and (_zh_would(clause) if zh else bool(_EN_WOULD.search(clause))):
             continue  # "…，我第一件事就是带爸妈去环球旅行": what would follow
         clause = _as_self(clause, zh)
         text = _bare(clause, zh)

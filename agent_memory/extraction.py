@@ -38,7 +38,15 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from agent_memory.audit import memory_event
-from agent_memory.clauses import clauses, is_chinese, is_event, is_habit, replaces_habit, subject
+from agent_memory.clauses import (
+    clauses,
+    is_chinese,
+    is_event,
+    is_habit,
+    names_relation,
+    replaces_habit,
+    subject,
+)
 from agent_memory.errors import InvalidInputError
 from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
@@ -166,9 +174,10 @@ def _meta(record: MemoryRecord, key: str) -> Any:
 def _retractable(record: MemoryRecord) -> bool:
     """Whether a change of mind can take a memory back: a fact, habit, plan or instruction of the
     user's own, not something that happened ("gave a talk about VS Code") or someone else's fact
-    ("my boss takes oat milk"); one that only mentions someone ("I study after the kids are
-    asleep") is the user's."""
-    own = subject(record.content, is_chinese(record.content)) != "other"
+    ("my boss takes oat milk") or the age or name of someone of the user's ("My daughter Mia is
+    5"); one that only mentions someone ("I study after the kids are asleep") is the user's."""
+    zh = is_chinese(record.content)
+    own = subject(record.content, zh) != "other" and not names_relation(record.content, zh)
     return (record.memory_type != "episodic" or not is_event(record.content)) and own
 
 
@@ -266,14 +275,17 @@ class _Decider:
             metadata["value"] = candidate.value
         if candidate.replaces:
             metadata["replaces"] = list(candidate.replaces)
-        item = NewMemory(
+        return self._prepared(NewMemory(
             user_id=self.scope.user_id or message.user_id, content=candidate.content, memory_type=candidate.memory_type,
             agent_id=message.agent_id, session_id=message.session_id, importance=candidate.importance,
             confidence=candidate.confidence, created_at=message.created_at, source_ids=list(candidate.source_ids),
             context=candidate.context, metadata=metadata,
-        )
+        ))
+
+    def _prepared(self, item: NewMemory) -> MemoryRecord:
+        """The row of an extracted memory, with the id its sources and content give it."""
         record = self.service.prepare(self.scope.org_id, item)
-        record.id = extracted_id(self.scope.org_id, record.user_id, candidate.source_ids, record.content)
+        record.id = extracted_id(self.scope.org_id, record.user_id, item.source_ids, record.content)
         return record
 
     # -- looking up what is known ----------------------------------------------------------------
@@ -381,7 +393,9 @@ class _Decider:
 
     def _recent(self, record: MemoryRecord) -> list[MemoryRecord]:
         """The user's active memories stated before this one, latest first: this run's, then stored."""
-        made = [r for r in reversed(self.new.values()) if r.id != record.id and r.id not in self.retired]
+        # By when each was said: what still holds of a revised memory is as old as that memory.
+        made = sorted((r for r in reversed(self.new.values()) if r.id != record.id and r.id not in self.retired),
+                      key=lambda r: r.created_at, reverse=True)
         page = self.service.store.list_memories(self.scope, limit=10, cursor=None, status="active").records
         stored = [r for r in page if r.id not in self.retired and r.id not in self.new and r.created_at <= record.created_at]
         stored = [self.changed.get(r.id, r) for r in stored]
@@ -446,20 +460,27 @@ class _Decider:
                     self._keep_rest(old, candidate.replaces)
 
     def _keep_rest(self, old: MemoryRecord, replaced: Sequence[str]) -> None:
-        """What still holds of a memory revised in part is a memory of its own, from the same turns."""
+        """What still holds of a memory revised in part is a memory of its own, from the same turns;
+        one the user's memories already state is reinforced instead, and one stored by an earlier
+        run of the same turns is left as it is."""
         rest = still_holds(old, replaced)
         if not rest:
             return
-        item = NewMemory(
+        metadata: dict[str, Any] = {"extractor": _meta(old, "extractor") or "rules", "kept_from": old.id}
+        if _meta(old, "replaces"):
+            metadata["replaces"] = list(_meta(old, "replaces"))  # what it took back itself stays taken back
+        record = self._prepared(NewMemory(
             user_id=old.user_id, content=rest, memory_type=old.memory_type, agent_id=old.agent_id,
             session_id=old.session_id, importance=old.importance, confidence=old.confidence, created_at=old.created_at,
-            source_ids=list(old.source_ids), metadata={"extractor": _meta(old, "extractor") or "rules", "kept_from": old.id},
-        )
-        if _meta(old, "replaces"):
-            item.metadata["replaces"] = list(_meta(old, "replaces"))  # what it took back itself stays taken back
-        record = self.service.prepare(self.scope.org_id, item)
-        record.id = extracted_id(self.scope.org_id, record.user_id, record.source_ids, record.content)
-        if record.id in self.new:
+            source_ids=list(old.source_ids), metadata=metadata,
+        ))
+        if record.id in self.new or self.service.store.get_memories(self.scope, [record.id]):
+            return
+        pool = [r for r in [*self._neighbours_of_text(rest), *self.changed.values(), *self.new.values()]
+                if r.status == "active" and r.id not in self.retired and r.id != old.id]
+        target = max(pool, key=lambda r: self._closeness(record, r), default=None)
+        if target is not None and self._closeness(record, target) >= 1.0:
+            self._reinforce(target, record)
             return
         self.service.embed_records([record])
         self.new[record.id] = record

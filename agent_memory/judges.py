@@ -127,7 +127,8 @@ class RememberedJudge:
     find its verdict instead of paying for the same question again. A pair is keyed by hashes of
     its two texts (in either order), so an edited or summarised memory is asked about afresh.
     At most `budget` pairs a run go to the judge (remembered ones are free); the rest wait for the
-    next run, so where the budget binds, results converge over several runs. Verdicts are written
+    next run, so where the budget binds, results converge over several runs (a doubtful link of
+    the rules left unasked merges as the rules say). Verdicts are written
     by `keep`, after the plan is applied and only while the user still has memories, so that an
     erasure during a run leaves none behind; a dry run does not call it.
     """

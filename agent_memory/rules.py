@@ -271,6 +271,8 @@ _CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|
 # A list item's mark ("- freelance illustrator", "2) 住在杭州").
 # At most this many words without a subject, after a statement, say more of it ("Like 0.01%.").
 _ELABORATION_WORDS = 6
+_ELABORATES = re.compile(r"^(?:like|about|around|roughly|approx\w*|same|mostly|currently|only|just|maybe|probably|"
+                         r"usually|at|on|in|every|since|for|with|without|plus|especially|except)\b", re.IGNORECASE)
 # Words that make a clause of their own: a subject pronoun, or a verb that agrees with one.
 _CLAUSE_WORDS = re.compile(r"\b(?:i|we|you|he|she|they|it|is|are|am|was|were|be|been|do|does|did|have|has|had|will|would|"
                            r"can|could|should|must|need|want|get|got|go|went|don'?t|doesn'?t|can'?t)\b|'(?:s|re|m|ve|ll|d)\b",
@@ -290,6 +292,7 @@ _ABOUT_ME = re.compile(r"(?:some |for |a bit of )?(?:context|background|about me
                        re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]\s*$")
 # What the answer should be like, said after the question: "下次选什么好？最好是小说。", "Any ideas? Ideally cheap."
+_FIRST_CLAUSE = re.compile(r"^[^,，;；]*[,，;；]\s*")
 _ANSWER_WISH = re.compile(r"^(?:最好|尽量|preferably|ideally|bonus (?:points )?if)", re.IGNORECASE)
 
 
@@ -338,6 +341,7 @@ class RulesExtractor:
         out: list[Candidate] = []
         pending: Candidate | None = None  # a retraction waiting for the statement of what holds now
         pending_end = ""  # the punctuation that ended the retraction's sentence
+        held: list[Candidate] = []  # what still holds or happened, said while a retraction waits
         about_self = introduced = asked = False
         made_before = False  # whether the sentence before gave a candidate
         for sentence in sentences(message.content):
@@ -346,12 +350,17 @@ class RulesExtractor:
             zh = is_chinese(sentence)
             after_question, asked = asked, bool(_QUESTION.search(sentence))
             if after_question and _ANSWER_WISH.match(sentence):
-                continue  # "…选什么好？最好是小说。": what the answer should be, not a fact
+                # "…选什么好？最好是小说。": what the answer should be, not a fact; what follows it
+                # may be ("Ideally something with tofu, I'm vegan.").
+                wish = _FIRST_CLAUSE.match(sentence)
+                sentence = sentence[wish.end():] if wish else ""
+                if not sentence.strip():
+                    continue
             # After "some context:", until someone else is the subject.
             preface = _ABOUT_ME.match(sentence)
             introduced = (introduced or bool(preface)) and subject(sentence, zh) != "other"
             rest = sentence[preface.end():] if preface else ""
-            if preface and (len(terms(rest)) < 2 or subject(rest, zh) == "other"):
+            if preface and (not terms(rest) or subject(rest, zh) == "other"):
                 continue  # "Some context so you stop asking 😅": it says facts follow, and states none
             reading = read_sentence(sentence, previous_self=about_self or introduced)
             about_self = reading is not None
@@ -392,10 +401,11 @@ class RulesExtractor:
                 made_before = False
                 continue
             if (made_before and pending is None and candidate.rule == "clause" and not (zh or listed or introduced)
-                    and len(sentence.split()) <= _ELABORATION_WORDS and not _CLAUSE_WORDS.search(sentence)
-                    and not _CONTINUES.search(sentence)):
-                # "... the interest is a joke. Like 0.01%.": a few words without a subject or verb say
-                # more of the sentence before, not a fact of their own.
+                    and len(sentence.split()) <= _ELABORATION_WORDS and _ELABORATES.match(sentence)
+                    and not _CLAUSE_WORDS.search(sentence) and not _CONTINUES.search(sentence)):
+                # "... the interest is a joke. Like 0.01%.": a few words that open with a modifier,
+                # without a subject or verb, say more of the sentence before, not a fact of their own
+                # ("Love parsley.", "Married, two kids." are facts).
                 joint = " " if out[-1].content.rstrip().endswith((".", "!", "?")) else ". "
                 out[-1].content = f"{out[-1].content.rstrip()}{joint}{candidate.content}"
                 continue
@@ -410,19 +420,24 @@ class RulesExtractor:
                 pending.content = f"{pending.content}{pending_end}{joint}{candidate.content}".strip()
                 pending.replaces = list(dict.fromkeys([*pending.replaces, *candidate.replaces]))
                 pending.slot, pending.value = pending.slot or candidate.slot, pending.value or candidate.value
-                out.append(pending)
-                pending = None
+                out.extend([pending, *held])
+                pending, held = None, []
                 continue
             if pending is not None and candidate.retracts:
-                out.append(pending)  # another change of mind starts: the first says nothing more
-                pending = None
-            if candidate.retracts == "strong" and not (candidate.value and candidate.replaces) and not names_what_holds(sentence):
+                out.extend([pending, *held])  # another change of mind starts: the first says nothing more
+                pending, held = None, []
+            if candidate.retracts == "strong" and not (candidate.value and candidate.replaces) and not names_what_holds(
+                candidate.content
+            ):
                 # It says what no longer holds; what holds now may follow in the next sentence.
                 pending, pending_end = candidate, _end_of(sentence, candidate.content)
                 continue
+            if pending is not None:
+                held.append(candidate)  # said after the change of mind: decided after it, not taken back by it
+                continue
             out.append(candidate)
         if pending is not None:
-            out.append(pending)
+            out.extend([pending, *held])
         return out
 
     def match_sentence(self, sentence: str, message: MessageRecord) -> Candidate | None:

@@ -126,6 +126,17 @@ def test_the_judge_reviews_the_rules_doubtful_links(make_service: Any, clock: Cl
     assert without["clusters"] == 1
 
 
+def test_a_doubtful_link_past_the_budget_merges_as_the_rules_say(make_service: Any, clock: Clock) -> None:
+    with scripted_llm() as llm:
+        llm.respond = lambda body: json.dumps({"same": []})
+        service = make_service(clock=clock, consolidation_judge_max_pairs=0, **_llm_settings(llm))
+        service.add_many("acme", [{"user_id": "alice", "content": t} for t in (
+            "The user works at the hospital on weekends", "The user works at the hospital on weekdays")])
+        report = consolidate(service, clock)
+    assert report["clusters"] == 1 and report["judged"]["unasked"] == 1 and report["judged"]["refused"] == 0
+    assert not [r for r in llm.requests if r["body"]["messages"][0]["content"] == JUDGE_PROMPT]
+
+
 def test_verdicts_are_not_kept_for_a_user_erased_during_the_run(service: MemoryService, clock: Clock) -> None:
     service.add_many("acme", [{"user_id": "alice", "content": t} for t in ("我最喜欢吃川菜", "川味菜是我的最爱")])
     judge = RememberedJudge(lambda pairs: {0}, service.store, U, clock(), budget=10)

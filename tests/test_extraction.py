@@ -298,6 +298,15 @@ def test_what_still_holds_of_a_revised_memory_is_as_old_as_it(service: MemorySer
     assert any(text.startswith("I'm a night owl") for text in _active(service))
 
 
+def test_a_change_of_mind_said_with_filler_waits_for_what_holds(service: MemoryService) -> None:
+    records = _log(service, [("user", "I'm flying to Rome on Thursday. I'm vegetarian."), ("assistant", "Noted."),
+                             ("user", "Scratch that, sorry! I'll fly to Rome on Tuesday.")])
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    assert [r.content for r in service.list(U, limit=10, status="superseded").records] == [
+        "I'm flying to Rome on Thursday."]
+    assert "I'm vegetarian." in _active(service)
+
+
 def test_a_change_of_mind_that_says_what_holds_ends_there(service: MemoryService) -> None:
     records = _log(service, [("user", "We're repainting the living room on the 22nd."), ("assistant", "Nice!"),
                              ("user", "Changed my mind, going with terracotta! And it's pushed to the 29th because my "
@@ -342,7 +351,7 @@ def test_a_change_of_mind_that_says_what_holds_ends_there(service: MemoryService
     ("现在大家轮流选书，下个月轮到老周。", None, "老周"),
     ("平时大家都叫我小周。", "小周", None),
     ("Background: vegan.", "vegan", None),
-    ("I'm learning Spanish because my wife and I are moving to Madrid.", "Madrid", None),
+    ("I'm learning Spanish because my wife and I are moving to Madrid.", "my wife and I are moving", None),
     # Chinese clauses the speaker's by their shape, before a question too; things that are not.
     ("工作那部分我已经挪到飞书文档了。生活的还在印象笔记里，这部分怎么分类？", "印象笔记", None),
     ("坐标长沙，推荐几家本地人去的湘菜馆？", "长沙", "湘菜馆"),

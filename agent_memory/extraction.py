@@ -293,14 +293,20 @@ class _Decider:
     def _filter(self, **metadata: Any) -> RecallFilter:
         return RecallFilter(metadata=metadata, now=self.now)
 
-    def _neighbours_of_text(self, text: str) -> list[MemoryRecord]:
-        """The user's active memories closest to a text (what the LLM is shown)."""
+    def _neighbours_of_text(self, text: str, embedded: MemoryRecord | None = None) -> list[MemoryRecord]:
+        """The user's active memories closest to a text (what the LLM is shown); with the text's
+        record already `embedded`, its vector is used rather than a second model call."""
         if not text.strip():
             return []
-        k = self.settings.extraction.neighbours
+        k, full = self.settings.extraction.neighbours, self.settings.recall.oov_full_share
         ids = [c.id for c in self.service.store.keyword_search(self.scope, keyword_text(text), self._filter(), k)]
-        if self.service.embedder is not None and self.service.embedder.oov_shares([text])[0] < self.settings.recall.oov_full_share:
+        if embedded is not None:
+            vector = np.asarray(embedded.vector) if embedded.vector is not None and embedded.oov < full else None
+        elif self.service.embedder is not None and self.service.embedder.oov_shares([text])[0] < full:
             vector = self.service.embedder.embed_batch([text])[0]
+        else:
+            vector = None
+        if vector is not None:
             ids += [c.id for c in self.service.store.vector_search(self.scope, vector, self._filter(), k)]
         found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))}
         return [found[i] for i in dict.fromkeys(ids) if i in found][: 2 * k]
@@ -476,13 +482,13 @@ class _Decider:
         ))
         if record.id in self.new or self.service.store.get_memories(self.scope, [record.id]):
             return
-        pool = [r for r in [*self._neighbours_of_text(rest), *self.changed.values(), *self.new.values()]
-                if r.status == "active" and r.id not in self.retired and r.id != old.id]
-        target = max(pool, key=lambda r: self._closeness(record, r), default=None)
-        if target is not None and self._closeness(record, target) >= 1.0:
-            self._reinforce(target, record)
-            return
         self.service.embed_records([record])
+        pool = [r for r in [*self._neighbours_of_text(rest, record), *self.changed.values(), *self.new.values()]
+                if r.status == "active" and r.id not in self.retired and r.id != old.id]
+        closest = max(((self._closeness(record, r), r) for r in pool), key=lambda c: c[0], default=None)
+        if closest is not None and closest[0] >= 1.0:
+            self._reinforce(closest[1], record)
+            return
         self.new[record.id] = record
         self.result.created.append(record.id)
 

@@ -268,7 +268,6 @@ _NOT_AN_ANSWER = re.compile(
 )
 # What goes on as before: not what a change of mind replaces its old value with.
 _CONTINUES = re.compile(r"\b(?:still|though|as before|as usual)\b|照旧|照样|还是|还(?:在|吃|喝|用|住|玩|练|有)|仍然|依然|继续")
-# A list item's mark ("- freelance illustrator", "2) 住在杭州").
 # At most this many words without a subject, after a statement, say more of it ("Like 0.01%.").
 _ELABORATION_WORDS = 6
 _ELABORATES = re.compile(r"^(?:like|about|around|roughly|approx\w*|same|mostly|currently|only|just|maybe|probably|"
@@ -277,6 +276,7 @@ _ELABORATES = re.compile(r"^(?:like|about|around|roughly|approx\w*|same|mostly|c
 _CLAUSE_WORDS = re.compile(r"\b(?:i|we|you|he|she|they|it|is|are|am|was|were|be|been|do|does|did|have|has|had|will|would|"
                            r"can|could|should|must|need|want|get|got|go|went|don'?t|doesn'?t|can'?t)\b|'(?:s|re|m|ve|ll|d)\b",
                            re.IGNORECASE)
+# A list item's mark ("- freelance illustrator", "2) 住在杭州").
 _BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
 # A point between digits is a decimal point ("0.01%"), not the end of a sentence; a face or a
 # gesture ends one as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").

@@ -47,6 +47,7 @@ def test_onnx_runtime_gives_the_vectors_of_torch(embedder: SentenceTransformerEm
         SentenceTransformerEmbedder(backend="tensorflow")
 
 
+@pytest.mark.store  # loads the bundled model
 def test_a_stale_or_broken_cached_graph_is_exported_again(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = SentenceTransformerEmbedder()
@@ -132,6 +133,7 @@ def test_openai_compatible_backend(openai_server: EmbeddingsServer) -> None:
         embedder.embed_batch(["anything"])
 
 
+@pytest.mark.store
 def test_recall_degrades_to_keywords_when_the_embedder_is_down(openai_server: EmbeddingsServer, tmp_path) -> None:
     settings = Settings(storage_uri=str(tmp_path / "db"), embedding_model="openai:test-embed",  # type: ignore[call-arg]
                         embedding_base_url=openai_server.url, _env_file=None)

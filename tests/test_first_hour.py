@@ -102,6 +102,7 @@ def test_make_run_passes_port_on() -> None:
     assert "--port" not in plain.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.stack  # `agent-memory serve` of its own (refused: the port is taken)
 def test_the_port_comes_from_the_variable_unless_a_flag_names_one(tmp_path: Path) -> None:
     """Checked where the server would listen: on a port in use it stops before anything starts,
     naming the port it chose and how to choose another."""
@@ -147,7 +148,7 @@ def _ready(url: str) -> bool:
         return False
 
 
-@pytest.mark.own_stack
+@pytest.mark.stack
 def test_a_server_started_with_the_variable_listens_on_its_port(
     own_stack: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
@@ -178,6 +179,7 @@ def test_a_server_started_with_the_variable_listens_on_its_port(
 # -- quiet output and progress ---------------------------------------------------------------------
 
 
+@pytest.mark.store
 def test_import_prints_no_warning_and_verbose_brings_the_libraries_back(tmp_path: Path) -> None:
     env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"))
     imported = _cli("import", str(SAMPLE), "--report", str(tmp_path / "report.json"), env=env)
@@ -192,6 +194,7 @@ def test_import_prints_no_warning_and_verbose_brings_the_libraries_back(tmp_path
     assert "Loading weights" in loud.stderr
 
 
+@pytest.mark.store
 def test_import_and_consolidation_show_rate_and_time_left_at_a_terminal(tmp_path: Path) -> None:
     history = tmp_path / "history.jsonl"
     history.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:300]), encoding="utf-8")

@@ -26,7 +26,7 @@ from storage import LanceStore
 from storage.connect import maintenance_of
 from tests.conftest import users_on_each_shard
 
-pytestmark = [pytest.mark.own_stack, pytest.mark.slow]
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 300
 

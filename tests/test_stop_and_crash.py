@@ -33,7 +33,7 @@ from storage import LanceStore
 from storage.connect import maintenance_of
 from tests.conftest import ROOT, _free_port
 
-pytestmark = pytest.mark.own_stack
+pytestmark = pytest.mark.stack
 CLIENTS = 16
 # Every stack a test started: whatever a failed test leaves is ended before the next one starts.
 STARTED: list[subprocess.Popen[bytes]] = []

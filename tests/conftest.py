@@ -91,10 +91,29 @@ def ray_session() -> Iterator[None]:
     from serve_app.config import serve_env
 
     if not ray.is_initialized():
+        before = set(os.environ)
         serve_env()  # the same Serve switches as `agent-memory serve`, inherited by Ray's processes
+        SHARED_STACK_ENV.extend(set(os.environ) - before)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+SHARED_STACK_ENV: list[str] = []  # what serve_env put in this process's environment for the shared Ray
+
+
+def stop_shared_stack() -> None:
+    """Stop the shared Serve app and Ray, for a stack of its own, and take back the variables
+    serve_env set for them: a stack started from here inherits the environment, and would take the
+    shared stack's HAProxy ports (chosen free then) instead of choosing its own."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        serve.shutdown()
+        ray.shutdown()
+    while SHARED_STACK_ENV:
+        os.environ.pop(SHARED_STACK_ENV.pop(), None)
 
 
 API_KEYS = {

@@ -50,7 +50,7 @@ def _system_prompt(request: dict[str, Any]) -> str:
     return next(m["content"] for m in request["body"]["messages"] if m["role"] == "system")
 
 
-def _memories(client: MemoryClient, user: str, *, timeout: float = 60.0) -> list[str]:
+def _memories(client: MemoryClient, user: str, *, timeout: float = 300.0) -> list[str]:
     """The user's memories once the background extraction of a logged turn has stored any."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

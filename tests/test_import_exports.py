@@ -329,7 +329,7 @@ def test_exports_and_force_org_on_the_ray_engine(tmp_path: Path, ray_session: No
 
 
 def _wait_job(client: Any, job_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         job = client.get(f"/v1/jobs/{job_id}").json()
         if job["state"] in ("succeeded", "failed"):

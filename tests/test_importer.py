@@ -304,7 +304,7 @@ def test_killed_import_rerun_ends_exact(tmp_path: Path, ray_session: None) -> No
          "--report", str(tmp_path / "killed.report.json")],
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     at_kill = 0
     while time.monotonic() < deadline and proc.poll() is None:
         at_kill = _count(settings, "memories")
@@ -330,7 +330,7 @@ def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_se
     path = _sample(tmp_path / "h.jsonl", 50)
     job_id = submit_import(settings, path=str(path), org_id="acme", store=store)
     assert store.get_job(OrgScope("acme"), job_id)["state"] in ("queued", "running")
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     job: dict[str, Any] = {}
     while time.monotonic() < deadline:
         job = store.get_job(OrgScope("acme"), job_id) or {}

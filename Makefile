@@ -1,4 +1,5 @@
 # Two commands: `make run` and `make test`. Both bootstrap .venv on first use.
+# `make test-fast` runs the unit tier alone (tests/tiers.py).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test bootstrap lint bench eval sample fuzz clean
+.PHONY: run test test-fast bootstrap lint bench eval sample fuzz clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +28,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+# The unit tier: no model, no store, no Ray. The others: $(PY) -m pytest -m store (ray, serve, stack).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

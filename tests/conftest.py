@@ -1,4 +1,6 @@
-"""Shared fixtures: the real bundled model (loaded once per session) and a real LanceDB per test."""
+"""Shared fixtures: the real bundled model (loaded once per session), a real LanceDB per test, the
+shared Ray and Serve app. Each test's tier (unit, store, ray, serve, stack) comes from the fixtures
+it uses: tests/tiers.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agent_memory.embedding import Embedder, SentenceTransformerEmbedder  # noqa: E402
+from agent_memory.rows import RowBuilder  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from serve_app.shards import shard_of  # noqa: E402
@@ -21,6 +24,7 @@ from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ("tests.tiers", "pytester")  # pytester: tests/test_tiers.py runs a pytest of its own
 
 
 class Clock:
@@ -52,6 +56,12 @@ def clock() -> Clock:
 
 
 @pytest.fixture
+def rows(settings: Settings, clock: Clock) -> RowBuilder:
+    """Rows as the service builds them (message records, prepared memories), with no store and no model."""
+    return RowBuilder(settings, clock)
+
+
+@pytest.fixture
 def make_service(embedder: Embedder, tmp_path: Path) -> Iterator[Callable[..., MemoryService]]:
     services: list[MemoryService] = []
 
@@ -73,21 +83,6 @@ def service(make_service: Callable[..., MemoryService], clock: Clock) -> MemoryS
     return make_service(clock=clock)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on the shared Ray without Serve first, then those on the shared Serve app, then those
-    that start a stack of their own (they stop the shared Ray and Serve first).
-
-    Serve's replicas and the extraction workers its conversation jobs start hold part of one of
-    the node's two CPUs from then on, and a Ray Data task reserves a whole CPU: a pipeline run
-    beside them would wait forever (docs/import.md)."""
-    def stage(item: pytest.Item) -> int:
-        if item.get_closest_marker("own_stack") is not None:
-            return 2
-        return 1 if "serve_app" in getattr(item, "fixturenames", ()) else 0
-
-    items.sort(key=stage)
-
-
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """One local Ray for the whole test session (2 CPUs, as on every machine here)."""
@@ -96,10 +91,29 @@ def ray_session() -> Iterator[None]:
     from serve_app.config import serve_env
 
     if not ray.is_initialized():
+        before = set(os.environ)
         serve_env()  # the same Serve switches as `agent-memory serve`, inherited by Ray's processes
+        SHARED_STACK_ENV.extend(set(os.environ) - before)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+SHARED_STACK_ENV: list[str] = []  # what serve_env put in this process's environment for the shared Ray
+
+
+def stop_shared_stack() -> None:
+    """Stop the shared Serve app and Ray, for a stack of its own, and take back the variables
+    serve_env set for them: a stack started from here inherits the environment, and would take the
+    shared stack's HAProxy ports (chosen free then) instead of choosing its own."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        serve.shutdown()
+        ray.shutdown()
+    while SHARED_STACK_ENV:
+        os.environ.pop(SHARED_STACK_ENV.pop(), None)
 
 
 API_KEYS = {

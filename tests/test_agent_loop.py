@@ -50,7 +50,7 @@ def _system_prompt(request: dict[str, Any]) -> str:
     return next(m["content"] for m in request["body"]["messages"] if m["role"] == "system")
 
 
-def _memories(client: MemoryClient, user: str, *, timeout: float = 60.0) -> list[str]:
+def _memories(client: MemoryClient, user: str, *, timeout: float = 300.0) -> list[str]:
     """The user's memories once the background extraction of a logged turn has stored any."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,6 +176,7 @@ def test_the_retriever_answers_ainvoke_with_or_without_an_async_client(
     assert threaded[0].page_content == "Lives in Lisbon with a cat called Miso" and threaded[0].id == ids["lisbon"]
 
 
+@pytest.mark.unit  # a bare interpreter importing the client
 def test_the_client_imports_without_langchain() -> None:
     code = ("import sys; sys.modules['langchain_core'] = None\n"
             "import agent_memory_client\n"

@@ -359,6 +359,7 @@ def test_errors_share_one_base() -> None:
 # -- the distribution ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit  # a bare interpreter importing the client
 def test_the_client_needs_neither_torch_nor_ray(tmp_path: Path) -> None:
     code = ("import sys, agent_memory_client; "
             "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "

@@ -32,6 +32,7 @@ def ray_tmpdir() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.stack
 def test_import_on_ray_starts_its_own_ray_despite_a_recorded_dead_cluster(ray_tmpdir: Path, tmp_path: Path) -> None:
     history = tmp_path / "history.jsonl"
     history.write_text("".join((ROOT / "examples" / "sample_history.jsonl").read_text().splitlines(True)[:40]))

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from agent_memory_client import MemoryClient
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -199,6 +200,7 @@ def test_streamable_http_transport(serve_app: dict[str, object], tmp_path: Path)
 # -- on a local store ---------------------------------------------------------------------------
 
 
+@pytest.mark.store
 def test_embedded_store_without_a_server(tmp_path: Path) -> None:
     user, neighbour = _user(), _user()
 
@@ -225,6 +227,7 @@ def test_embedded_store_without_a_server(tmp_path: Path) -> None:
     _run(scenario())
 
 
+@pytest.mark.unit  # refused before a store is opened
 def test_embedded_refuses_a_server_url() -> None:
     command = [sys.executable, "-m", "cli.main", "mcp", "--embedded", "--url", "http://127.0.0.1:8000"]
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120)

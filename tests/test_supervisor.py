@@ -23,6 +23,7 @@ from cli.main import (
     _Supervisor,
 )
 
+pytestmark = pytest.mark.unit  # plain Python processes stand in for the server
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = sys.platform.startswith("linux")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]

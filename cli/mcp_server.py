@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
-from agent_memory_client import AgentMemoryError as ClientError
-from agent_memory_client import Context, ContextMemory, Erasure, Memory, MemoryClient
+from agent_memory_http import AgentMemoryError as ClientError
+from agent_memory_http import Context, ContextMemory, Erasure, Memory, MemoryClient
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations

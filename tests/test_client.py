@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from agent_memory_client import (
+from agent_memory_http import (
     AgentMemoryError,
     AsyncMemoryClient,
     ConflictError,
@@ -360,7 +360,7 @@ def test_errors_share_one_base() -> None:
 
 
 def test_the_client_needs_neither_torch_nor_ray(tmp_path: Path) -> None:
-    code = ("import sys, agent_memory_client; "
+    code = ("import sys, agent_memory_http; "
             "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
             "{'torch', 'ray', 'lancedb', 'agent_memory', 'numpy'}))")
     out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)

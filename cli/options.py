@@ -16,6 +16,8 @@ from click.core import ParameterSource
 from cli.output import quiet_libraries
 
 if TYPE_CHECKING:
+    from agent_memory_http import MemoryClient
+
     from agent_memory.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,9 +53,13 @@ class Command(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         if ctx.meta.get(VERBOSE):
-            return super().invoke(ctx)
-        with quiet_libraries(logs=self.server):
-            return super().invoke(ctx)
+            status = super().invoke(ctx)
+        else:
+            with quiet_libraries(logs=self.server):
+                status = super().invoke(ctx)
+        if status:
+            ctx.exit(status)  # a handler's exit status, however the command was called
+        return status
 
 
 def command(name: str, **attrs: Any) -> Callable[[Callable[..., Any]], Command]:
@@ -155,8 +161,8 @@ def server_url(ctx: click.Context, store_only: Iterable[str] = ()) -> str | None
     return url
 
 
-def client(ctx: click.Context, url: str) -> Any:
-    """The HTTP client of the server at `url`, with --api-key (or AGENT_MEMORY_API_KEY)."""
+def client(ctx: click.Context, url: str) -> MemoryClient:
+    """The HTTP client of the server at `url`, with --api-key (or AGENT_MEMORY_API_KEY), closed with the command."""
     from agent_memory_http import MemoryClient
 
     return ctx.with_resource(MemoryClient(url, ctx.params.get("api_key")))

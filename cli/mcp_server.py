@@ -33,8 +33,8 @@ from storage.connect import open_service
 
 ACTOR = "mcp"  # the actor of embedded writes in the audit trail; over HTTP the server names the key
 MCP_PATH = "/mcp"
-# A line for each request: the client's call to the server, the SDK's handling of a tool call.
-PER_REQUEST_LOGGERS = ("httpx", "httpcore", "mcp.server.lowlevel.server")
+# Lines for each request and session: the client's calls to the server, the SDK's handling of them.
+PER_REQUEST_LOGGERS = ("httpx", "httpcore", "mcp")
 
 INSTRUCTIONS = (
     "Long-term memory of the users you work with, kept across conversations. Call `recall` with what "
@@ -306,8 +306,8 @@ def open_memories(*, url: str | None, api_key: str | None, embedded: bool, org_i
 def run_mcp(*, transport: str, host: str, port: int, allow_erase: bool, verbose: bool, **backend: Any) -> int:
     """Serve the memory tools until stdin closes (stdio) or the process is stopped (HTTP).
 
-    Its output is its own lines and uvicorn's (started on, stopped); the per-request log lines of the
-    libraries (httpx's call to the server, the MCP SDK's "Processing request") only with -v.
+    Its output is its own line and uvicorn's (started, stopped); the libraries' lines for each
+    request and session (httpx's calls to the server, the MCP SDK's) only with -v.
     """
     if not verbose:
         for name in PER_REQUEST_LOGGERS:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Annotated, Any
 
-from agent_memory_client.models import (
+from agent_memory_http.models import (
     Context,
     Deleted,
     Erasure,

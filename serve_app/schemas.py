@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_memory_client.models import ErrorBody
+from agent_memory_http.models import ErrorBody
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.models import (

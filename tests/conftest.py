@@ -137,14 +137,6 @@ def users_on_each_shard(org_id: str, shards: int, tag: str = "") -> list[str]:
     return [found[i] for i in range(shards)]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     """The real Serve application on loopback, once per session, with API keys for two orgs."""
@@ -152,6 +144,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
 
     from ray import serve
 
+    from cli.net import free_port
     from serve_app.app import build
     from serve_app.config import load_config
 
@@ -168,7 +161,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
         # Two Writer shards: every HTTP test writes through them (tests/test_writer_shards.py).
         writer_shards=2, _env_file=None,
     )
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     # The shipped Serve config, with the two shards reserving the one Writer's 0.1 CPU between
     # them: extraction workers and consolidation then fit beside them on the two CPUs, as before.

@@ -108,7 +108,7 @@ def test_the_round_trip_over_http_and_the_command_line(serve_app: dict[str, obje
     import uuid
     from pathlib import Path
 
-    from agent_memory_client import MemoryClient, PermissionDeniedError
+    from agent_memory_http import MemoryClient, PermissionDeniedError
 
     user = f"export-{uuid.uuid4().hex[:8]}"
     url = str(serve_app["url"])

@@ -33,8 +33,9 @@ import httpx
 import psutil
 import pytest
 
-from cli.main import _kill_session
-from tests.conftest import ROOT, _free_port, stop_shared_stack
+from cli.net import free_port
+from cli.processes import kill_session
+from tests.conftest import ROOT, stop_shared_stack
 
 SAMPLE = ROOT / "examples" / "sample_history.jsonl"
 # A line of the libraries' own chatter: Python warnings, Lance's and Ray's notices, the model's bar.
@@ -112,7 +113,7 @@ def test_the_port_comes_from_the_variable_unless_a_flag_names_one(tmp_path: Path
         port = busy.getsockname()[1]
         env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"), AGENT_MEMORY_PORT=str(port))
         from_variable = _cli("serve", env=env, timeout=120)
-        from_flag = _cli("serve", "--port", str(port), env={**env, "AGENT_MEMORY_PORT": str(_free_port())},
+        from_flag = _cli("serve", "--port", str(port), env={**env, "AGENT_MEMORY_PORT": str(free_port())},
                          timeout=120)
     for refused in (from_variable, from_flag):
         assert refused.returncode == 2, refused.stderr
@@ -133,7 +134,7 @@ def own_stack() -> Iterator[list[subprocess.Popen[bytes]]]:
         except psutil.NoSuchProcess:
             sessions = {proc.pid}
         for sid in sessions:
-            _kill_session(sid)
+            kill_session(sid)
 
 
 def _ready(url: str) -> bool:
@@ -147,7 +148,7 @@ def _ready(url: str) -> bool:
 def test_a_server_started_with_the_variable_listens_on_its_port(
     own_stack: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"), AGENT_MEMORY_PORT=str(port))
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve"], cwd=ROOT, env=env, stdout=log.open("wb"),

@@ -28,10 +28,11 @@ import httpx
 import psutil
 import pytest
 
-from cli.main import _kill_session
+from cli.net import free_port
+from cli.processes import kill_session
 from storage import LanceStore
 from storage.connect import maintenance_of
-from tests.conftest import ROOT, _free_port, stop_shared_stack
+from tests.conftest import ROOT, stop_shared_stack
 
 pytestmark = pytest.mark.stack
 CLIENTS = 16
@@ -47,7 +48,7 @@ def _as_from_a_terminal() -> None:
 
 
 def _start(store: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, AGENT_MEMORY_STORAGE_URI=str(store), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("AGENT_MEMORY_API_KEYS_FILE", None)
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], cwd=ROOT, env=env,
@@ -185,7 +186,7 @@ def own_stack() -> Iterator[None]:
     while STARTED:  # a test that failed half-way leaves its stack: end it, the ports with it
         proc = STARTED.pop()
         for sid in {proc.pid, *(c.pid for c in _children(proc))}:
-            _kill_session(sid)
+            kill_session(sid)
 
 
 def test_kill_9_of_the_whole_stack_then_a_restart_loses_and_duplicates_nothing(own_stack: None, tmp_path: Path) -> None:

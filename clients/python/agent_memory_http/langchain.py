@@ -1,7 +1,10 @@
-"""A LangChain retriever over agent-memory's recall (`pip install agent-memory-client[langchain]`).
+"""A LangChain retriever over agent-memory's recall.
 
-    from agent_memory_client import MemoryClient
-    from agent_memory_client.langchain import AgentMemoryRetriever
+Install it from a checkout of the repository, with the client alone
+(`pip install './clients/python[langchain]'`) or with the server (`pip install -e '.[langchain]'`):
+
+    from agent_memory_http import MemoryClient
+    from agent_memory_http.langchain import AgentMemoryRetriever
 
     retriever = AgentMemoryRetriever(client=MemoryClient(), user_id="u1", top_k=5)
     docs = retriever.invoke("Which language should I use for the API?")
@@ -15,7 +18,8 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
-from .client import AsyncMemoryClient, MemoryClient
+from .async_client import AsyncMemoryClient
+from .client import MemoryClient
 from .models import MemoryType, SearchHit, SearchResult
 
 

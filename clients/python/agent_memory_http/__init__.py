@@ -1,6 +1,6 @@
-"""A small Python client for the agent-memory HTTP API.
+"""The Python client of the agent-memory HTTP API (distribution `agent-memory-http`).
 
-    from agent_memory_client import MemoryClient
+    from agent_memory_http import MemoryClient
 
     with MemoryClient() as memory:  # AGENT_MEMORY_URL, AGENT_MEMORY_API_KEY
         memory.add("u1", "The user prefers Python for backend work")
@@ -9,7 +9,9 @@
 `AsyncMemoryClient` has the same methods as coroutines. Only httpx and pydantic are needed.
 """
 
-from .client import UNSET, AsyncMemoryClient, MemoryClient
+from ._calls import UNSET
+from .async_client import AsyncMemoryClient
+from .client import MemoryClient
 from .errors import (
     AgentMemoryError,
     ConflictError,

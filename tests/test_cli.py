@@ -76,6 +76,7 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(capsys: pytest.CaptureFixture
     assert main(["--help"]) == 0 and "Long-term memory for LLM agents" in capsys.readouterr().out
 
 
+@pytest.mark.store  # a LanceDB on a temporary directory
 def test_library_errors_are_code_and_message_and_exit_1(tmp_path: Path, store: str, capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENT_MEMORY_URL", raising=False)
@@ -145,6 +146,7 @@ def test_a_server_and_a_store_are_not_mixed(argv: list[str], says: str) -> None:
     assert done.exit_code == 2 and says in done.output, done.output
 
 
+@pytest.mark.store  # a LanceDB on a temporary directory
 def test_the_store_named_on_the_command_line_wins_over_a_server_in_the_environment(store: str) -> None:
     """AGENT_MEMORY_URL names a server nobody runs: --storage-uri keeps the command on the store."""
     done = _run("export", "--user-id", "alice", "--storage-uri", store, env={"AGENT_MEMORY_URL": "http://127.0.0.1:9"})
@@ -163,6 +165,7 @@ def test_an_unreachable_server_is_an_error_of_its_own(capsys: pytest.CaptureFixt
 # -- data commands on a temporary store, no model --------------------------------------------------
 
 
+@pytest.mark.store  # a LanceDB on a temporary directory
 def test_stats_export_and_forget_on_an_empty_store(tmp_path: Path, store: str) -> None:
     stats = _run("stats", "--storage-uri", store)
     assert stats.exit_code == 0 and json.loads(stats.stdout)["memories"]["total"] == 0

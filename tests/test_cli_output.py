@@ -13,6 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -37,6 +38,7 @@ def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=600)
 
 
+@pytest.mark.store  # the commands load the model, open LanceDB and start a Ray of their own
 def test_commands_on_a_store_write_no_line_of_the_libraries(tmp_path: Path) -> None:
     """add, search, import and consolidate (on Ray: its Data actors make Ray's C++ core log an error
     line) print their results and nothing else; -v shows what the libraries said."""

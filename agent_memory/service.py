@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
 from agent_memory.access import AccessRecorder
-from agent_memory.audit import erasure_event, memory_event
+from agent_memory.audit import memory_event
 from agent_memory.context import ContextBuilder
 from agent_memory.embedding import Embedder
-from agent_memory.erasure import finish_erasure
+from agent_memory.erasure import Erasures
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
-from agent_memory.ids import memory_id, ordered_id
-from agent_memory.job_record import ERASURE, JobRecord
+from agent_memory.ids import memory_id
 from agent_memory.merge import KEPT_APART, apart_ids
 from agent_memory.models import (
     ContextQuery,
@@ -81,6 +79,7 @@ class MemoryService:
         self.redactor = self.rows.redactor
         self.writes = Writes(store, self._require_embedder, lambda: self.embedder is not None, self.access, clock)
         self.recaller = Recaller(store, self._require_embedder, settings, self.access, clock)
+        self.erasures = Erasures(store, maintenance, self.access, settings, clock)
 
     @classmethod
     def row_builder(cls, settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
@@ -283,7 +282,7 @@ class MemoryService:
         """Erase a user, unrecoverably: open the erasure's job (its report is the receipt), delete
         the user's rows in every table (gone from every read at once), then, unless `purge` is
         False (the Writer purges beside its next commits), remove the rows' bytes from every
-        file of the store and the import rejects (`agent_memory.erasure.finish_erasure`).
+        file of the store and the import rejects (`agent_memory.erasure.Erasures`).
         Returns the receipt: {"job_id", "rows_deleted", ...}.
 
         The job row is written first, so an erasure cut short anywhere is finished at the next
@@ -293,24 +292,9 @@ class MemoryService:
         if self.maintenance is None:
             raise UnavailableError("erasure purges old versions: open the service with its maintenance interface")
         self.forget_summaries(org_id, user_id)
-        now = self.clock()
-        job = JobRecord.new(f"erase-{ordered_id()}", org_id, ERASURE, state="running", now=now, report={
-            "user_id": user_id, "actor": actor, "requested_at": now.isoformat(),
-        })
-        self.store.put_job(OrgScope(org_id), job.as_row())
-        try:
-            job = self.delete_user_rows(job)
-        except Exception as exc:
-            # Nothing was acknowledged: the job ends here (a later start must not delete what
-            # the user writes after this answer), and the caller sends the erasure again.
-            self.store.put_job(OrgScope(org_id), replace(job, state="failed", updated_at=self.clock(),
-                                                         error=f"{type(exc).__name__}: {exc}"[:500]).as_row())
-            raise UnavailableError(
-                f"the erasure of {user_id!r} could not delete every row ({type(exc).__name__}); some may be gone: "
-                "send it again", code="erasure_incomplete",
-            ) from exc
+        job = self.erasures.start(org_id, user_id, actor)
         if purge:
-            return finish_erasure(self, self.settings, org_id, job.id)
+            return self.erasures.finish(org_id, job.id)
         return {"job_id": job.id, **job.report}
 
     def export_user(self, scope: Scope) -> Iterator[dict[str, Any]]:
@@ -327,21 +311,8 @@ class MemoryService:
         model). The whole file is read and checked before anything is written."""
         check_identifier("org_id", org_id)
         export = parse_export(lines, org_id)
-        return {"user_id": export.user_id, "restored": restore_export(self, org_id, export)}
-
-    def delete_user_rows(self, job: JobRecord) -> JobRecord:
-        """An erasure's first step: delete the rows of the job's user in every table, record the
-        counts in its report and leave the `erased` event; the job as it is now."""
-        user_id = str(job.report["user_id"])
-        scope = Scope.user(job.org_id, user_id)
-        self.access.discard_user(job.org_id, user_id)
-        counts = self.store.erase_user(scope)  # idempotent: a resume after a crash here deletes what is left
-        self.access.discard_user(job.org_id, user_id)
-        job = replace(job, updated_at=self.clock(), report={**job.report, "rows_deleted": counts})
-        self.store.put_job(OrgScope(job.org_id), job.as_row())
-        self.store.append_events(scope, [erasure_event(job.org_id, user_id, str(job.report.get("actor")),
-                                                       job.updated_at, counts, job.id)])
-        return job
+        restored = restore_export(self.store, self.rows, self.writes.embed_records, org_id, export)
+        return {"user_id": export.user_id, "restored": restored}
 
     def merge(self, scope: Scope, canonical: MemoryRecord, others: Sequence[MemoryRecord], *,
               action: Literal["reinforced", "merged"] = "merged", actor: str = "system") -> MemoryRecord:

@@ -27,7 +27,6 @@ is unlinked before anything merges.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, zip_longest
@@ -39,7 +38,7 @@ from agent_memory.merge import apart_ids
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.stance import Stance, aspect, aspects_clash, stance
-from agent_memory.text import CHINESE_STOPWORDS, CJK_RANGES, terms
+from agent_memory.text import CHINESE_STOPWORDS, CJK_RUN, terms
 from agent_memory.wording import (
     changes_relation,
     content_characters,
@@ -55,7 +54,6 @@ from agent_memory.wording import (
     word_set,
 )
 
-_CJK_WORD = re.compile(f"^[{CJK_RANGES}]+$")
 # Prepositions, particles and pronouns: one of them more changes no word ("我对乳糖不耐受").
 _FUNCTION_CHARACTERS = frozenset(w for w in CHINESE_STOPWORDS if len(w) == 1) | frozenset("于以为由从在对向")
 
@@ -140,12 +138,12 @@ class _Texts:
         if a - b and b - a:
             return True
         extra = (a - b) | (b - a)
-        if len(extra) == 1 and _CJK_WORD.match(next(iter(extra))) and not extra & _FUNCTION_CHARACTERS:
+        if len(extra) == 1 and CJK_RUN.match(next(iter(extra))) and not extra & _FUNCTION_CHARACTERS:
             return True  # one character more modifies a word ("猫", "龙猫"; "茶", "红茶"); a qualifier is a word
         for mine, other in ((i, b), (j, a)):
             for word in self.features[mine]:
                 word = word.replace("我", "")  # the subject, folded out of the characters compared
-                if len(word) > 1 and _CJK_WORD.match(word) and any(c in other for c in word) and any(c not in other for c in word):
+                if len(word) > 1 and CJK_RUN.match(word) and any(c in other for c in word) and any(c not in other for c in word):
                     return True
         return False
 

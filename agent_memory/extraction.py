@@ -40,7 +40,6 @@ import numpy as np
 from agent_memory.audit import memory_event
 from agent_memory.clauses import (
     clauses,
-    is_chinese,
     is_event,
     is_habit,
     names_relation,
@@ -52,10 +51,10 @@ from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
 from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
-from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised, sentences
+from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised, said_sentences
 from agent_memory.service import MemoryService, group_sessions
 from agent_memory.store import RecallFilter
-from agent_memory.text import cjk_share, keyword_text, lexical_similarity
+from agent_memory.text import CJK, is_chinese, keyword_text, lexical_similarity
 from agent_memory.wording import content_terms, topic_words
 
 log = logging.getLogger(__name__)
@@ -199,7 +198,7 @@ def _states(old: str, asserted: str) -> bool:
     if old_n in asserted:
         return True
     words = content_terms(old_n)
-    return bool(words) and not cjk_share(old_n) and words <= content_terms(asserted)
+    return bool(words) and not CJK.search(old_n) and words <= content_terms(asserted)
 
 
 # What is left stands alone when it opens with the user; not with "so" or "because", whose clause
@@ -213,7 +212,7 @@ def still_holds(old: MemoryRecord, replaced: Sequence[str]) -> str:
     every clause, or none, states one, or when what is left does not open with the user."""
     pieces = []
     left_out = False
-    for sentence in sentences(old.content):
+    for sentence in said_sentences(old.content):
         parts = clauses(sentence)
         kept = [c for c in parts if not any(_states(value, normalised(c)) for value in replaced)]
         left_out = left_out or len(kept) < len(parts)

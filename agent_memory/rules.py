@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from agent_memory.clauses import (
     asks_to_stop,
     instruction,
-    is_chinese,
     is_event,
     names_what_holds,
     read_sentence,
@@ -29,7 +28,7 @@ from agent_memory.clauses import (
     subject,
 )
 from agent_memory.models import MemoryType, MessageRecord
-from agent_memory.text import normalize, terms
+from agent_memory.text import is_chinese, normalize, sentences, terms
 
 SlotFn = Callable[["re.Match[str]"], tuple[str | None, str | None]]
 
@@ -278,10 +277,6 @@ _CLAUSE_WORDS = re.compile(r"\b(?:i|we|you|he|she|they|it|is|are|am|was|were|be|
                            re.IGNORECASE)
 # A list item's mark ("- freelance illustrator", "2) 住在杭州").
 _BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
-# A point between digits is a decimal point ("0.01%"), not the end of a sentence; a face or a
-# gesture ends one as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").
-_EMOJI = "\U0001F600-\U0001F64F\U0001F910-\U0001F97F\U0001F480\U0001F389\U0001F44C-\U0001F44F"
-_SENTENCE = re.compile(rf"(?:[^.!?。！？；;\n{_EMOJI}]|(?<=\d)\.(?=\d))+[.!?。！？；;{_EMOJI}\ufe0f\s]*")
 # A text quoted to be worked on ("改正式一点：'王总，明天我请一天假…'") is not the user speaking:
 # a quotation holding a comma or a sentence's end, each kind of quote closed by its own mark.
 _PUNCT = "[,，.。!！?？]"
@@ -302,14 +297,9 @@ def _end_of(sentence: str, content: str) -> str:
     return "" if content.endswith(end) else end
 
 
-def sentences(text: str) -> list[str]:
-    """The sentences of a turn (decimal points and abbreviations are rare enough in chat to ignore)."""
-    out = []
-    for match in _SENTENCE.finditer(_QUOTED.sub(" ", text)):
-        piece = match.group(0).strip()
-        if piece:
-            out.append(piece)
-    return out
+def said_sentences(text: str) -> list[str]:
+    """The sentences of a turn that the user says: a text quoted to be worked on left out."""
+    return sentences(_QUOTED.sub(" ", text))
 
 
 class RulesExtractor:
@@ -344,7 +334,7 @@ class RulesExtractor:
         held: list[Candidate] = []  # what still holds or happened, said while a retraction waits
         about_self = introduced = asked = False
         made_before = False  # whether the sentence before gave a candidate
-        for sentence in sentences(message.content):
+        for sentence in said_sentences(message.content):
             listed = bool(_BULLET.match(sentence))
             sentence = _BULLET.sub("", sentence)
             zh = is_chinese(sentence)
@@ -472,7 +462,7 @@ class RulesExtractor:
             return None
         if len(terms(text, keep_stopwords=True)) > self.max_answer_terms:
             return None
-        question = sentences(previous.content)[-1]
+        question = said_sentences(previous.content)[-1]
         zh = bool(_ABOUT_YOU_ZH.search(question))
         if zh:
             if not _ASKS_PREFERENCE_ZH.search(question):

@@ -51,10 +51,10 @@ from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
 from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
-from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised, said_sentences
+from agent_memory.rules import ProposedMemory, RulesExtractor, clean_value, said_sentences
 from agent_memory.service import MemoryService, group_sessions
 from agent_memory.store import RecallFilter
-from agent_memory.text import CJK, is_chinese, keyword_text, lexical_similarity
+from agent_memory.text import CJK, comparable, is_chinese, keyword_text, lexical_similarity
 from agent_memory.wording import content_terms, topic_words
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Extractor(Protocol):
 
     name: str
 
-    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[Candidate]:
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[ProposedMemory]:
         """Candidates in message order."""
         ...
 
@@ -163,7 +163,7 @@ def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord
 
 def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: str) -> str:
     """The id of an extracted memory: from its source messages and its normalised content."""
-    return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), normalised(content))
+    return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), comparable(content))
 
 
 def _meta(record: MemoryRecord, key: str) -> Any:
@@ -182,9 +182,9 @@ def _retractable(record: MemoryRecord) -> bool:
 
 def _asserted_text(record: MemoryRecord) -> str:
     """What a memory asserts now: its content without the old values it says it replaced."""
-    text = normalised(record.content)
+    text = comparable(record.content)
     for old in _meta(record, "replaces") or []:
-        text = text.replace(normalised(str(old)), " ")
+        text = text.replace(comparable(str(old)), " ")
     return text
 
 
@@ -192,7 +192,7 @@ def _states(old: str, asserted: str) -> bool:
     """Whether a memory's asserted text states an old value a change of mind names: as written,
     or (English) every content word of it in any inflection ("at the bakery" in "weekend shifts at
     a bakery", "teaching" in "I teach chemistry")."""
-    old_n = normalised(clean_value(old))
+    old_n = comparable(clean_value(old))
     if not old_n:
         return False
     if old_n in asserted:
@@ -214,7 +214,7 @@ def still_holds(old: MemoryRecord, replaced: Sequence[str]) -> str:
     left_out = False
     for sentence in said_sentences(old.content):
         parts = clauses(sentence)
-        kept = [c for c in parts if not any(_states(value, normalised(c)) for value in replaced)]
+        kept = [c for c in parts if not any(_states(value, comparable(c)) for value in replaced)]
         left_out = left_out or len(kept) < len(parts)
         if kept:
             pieces.append("".join(kept).strip().rstrip(",，;；:：—– "))
@@ -263,7 +263,7 @@ class _Decider:
         self._apply()
         return self.result
 
-    def _record(self, candidate: Candidate) -> MemoryRecord:
+    def _record(self, candidate: ProposedMemory) -> MemoryRecord:
         message = candidate.message
         metadata: dict[str, Any] = {"extractor": candidate.extractor}
         if candidate.rule:
@@ -310,7 +310,7 @@ class _Decider:
         found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))}
         return [found[i] for i in dict.fromkeys(ids) if i in found][: 2 * k]
 
-    def _neighbours(self, candidate: Candidate, record: MemoryRecord) -> list[MemoryRecord]:
+    def _neighbours(self, candidate: ProposedMemory, record: MemoryRecord) -> list[MemoryRecord]:
         """Active memories (stored, or made in this run) that this candidate may restate or contradict."""
         store = self.service.store
         k = self.settings.extraction.neighbours
@@ -333,22 +333,22 @@ class _Decider:
 
     # -- deciding ----------------------------------------------------------------------------------
 
-    def _contradicted(self, candidate: Candidate, record: MemoryRecord, other: MemoryRecord) -> bool:
+    def _contradicted(self, candidate: ProposedMemory, record: MemoryRecord, other: MemoryRecord) -> bool:
         if candidate.contradicts and candidate.contradicts == other.id:
             return True
         if candidate.slot and _meta(other, "slot") == candidate.slot:
             return _meta(other, "value") is not None and candidate.value is not None and (
-                normalised(str(_meta(other, "value"))) != normalised(candidate.value)
+                comparable(str(_meta(other, "value"))) != comparable(candidate.value)
             )
         if candidate.replaces and _retractable(other):
             asserted = _asserted_text(other)
-            new_value = normalised(candidate.value) if candidate.value else None
+            new_value = comparable(candidate.value) if candidate.value else None
             if new_value and new_value in asserted:
                 return False
             return any(_states(old, asserted) for old in candidate.replaces)
         return False
 
-    def _retracted(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
+    def _retracted(self, candidate: ProposedMemory, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
         """What a change of mind takes back when no memory states the old value it names (if any).
 
         One that names an old value no memory states as written takes back the latest statement
@@ -408,7 +408,7 @@ class _Decider:
 
     def _closeness(self, record: MemoryRecord, other: MemoryRecord) -> float:
         """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
-        if normalised(record.content) == normalised(other.content):
+        if comparable(record.content) == comparable(other.content):
             return 1.0
         score = lexical_similarity(record.content, other.content) / self.settings.extraction.reinforce_lexical
         full = self.settings.recall.oov_full_share
@@ -417,7 +417,7 @@ class _Decider:
             score = max(score, cosine / self.settings.extraction.reinforce_cosine)
         return score
 
-    def _restated(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
+    def _restated(self, candidate: ProposedMemory, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
         if candidate.restates:
             for other in pool:
                 if other.id == candidate.restates:
@@ -428,13 +428,13 @@ class _Decider:
                 continue
             score = self._closeness(record, other)
             if candidate.slot and _meta(other, "slot") == candidate.slot and candidate.value and _meta(other, "value"):
-                if normalised(str(_meta(other, "value"))) == normalised(candidate.value):
+                if comparable(str(_meta(other, "value"))) == comparable(candidate.value):
                     score = max(score, 1.0)
             if score >= best_score:
                 best, best_score = other, score
         return best
 
-    def _decide(self, candidate: Candidate, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
+    def _decide(self, candidate: ProposedMemory, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
         pool = self._neighbours(candidate, record)
         contradicted = [o for o in pool if self._contradicted(candidate, record, o)]
         if candidate.retracts and not contradicted and stored_self is None:

@@ -28,13 +28,13 @@ from agent_memory.clauses import (
     subject,
 )
 from agent_memory.models import MemoryType, MessageRecord
-from agent_memory.text import is_chinese, normalize, sentences, terms
+from agent_memory.text import is_chinese, sentences, terms
 
 SlotFn = Callable[["re.Match[str]"], tuple[str | None, str | None]]
 
 
 @dataclass
-class Candidate:
+class ProposedMemory:
     """A memory an extractor proposes, before the decision step sees what is already known."""
 
     content: str
@@ -311,9 +311,9 @@ class RulesExtractor:
         self.rules = tuple(rules)
         self.max_answer_terms = max_answer_terms
 
-    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[Candidate]:
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[ProposedMemory]:
         """Candidates from the user turns of one conversation, in message order."""
-        out: list[Candidate] = []
+        out: list[ProposedMemory] = []
         for i, message in enumerate(messages):
             if message.role != "user":
                 continue
@@ -325,13 +325,13 @@ class RulesExtractor:
                     out.append(answer)
         return out
 
-    def read_turn(self, message: MessageRecord) -> list[Candidate]:
+    def read_turn(self, message: MessageRecord) -> list[ProposedMemory]:
         """The candidates of one user turn: a rule's where one matches, else what the clause
         grammar finds the user saying about themselves; a retraction is kept with what follows it."""
-        out: list[Candidate] = []
-        pending: Candidate | None = None  # a retraction waiting for the statement of what holds now
+        out: list[ProposedMemory] = []
+        pending: ProposedMemory | None = None  # a retraction waiting for the statement of what holds now
         pending_end = ""  # the punctuation that ended the retraction's sentence
-        held: list[Candidate] = []  # what still holds or happened, said while a retraction waits
+        held: list[ProposedMemory] = []  # what still holds or happened, said while a retraction waits
         about_self = introduced = asked = False
         made_before = False  # whether the sentence before gave a candidate
         for sentence in said_sentences(message.content):
@@ -367,7 +367,7 @@ class RulesExtractor:
                         candidate.slot, candidate.value = corrected.slot, corrected.value
                     candidate.content = stated
             if candidate is None and instruction(sentence) and (not _QUESTION.search(sentence) or asks_to_stop(sentence)):
-                candidate = Candidate(
+                candidate = ProposedMemory(
                     content=sentence, memory_type="procedural", importance=0.8, confidence=0.7,
                     source_ids=[message.message_id], message=message, extractor=self.name, rule="clause.instruction",
                     retracts=reading.flip if reading is not None else "",
@@ -377,7 +377,7 @@ class RulesExtractor:
                 reading.content
             ):
                 event = not reading.flip and is_event(reading.content)
-                candidate = Candidate(
+                candidate = ProposedMemory(
                     content=reading.content, memory_type="episodic" if event else "semantic", importance=0.5,
                     confidence=0.65,
                     source_ids=[message.message_id], message=message, extractor=self.name,
@@ -430,7 +430,7 @@ class RulesExtractor:
             out.extend([pending, *held])
         return out
 
-    def match_sentence(self, sentence: str, message: MessageRecord) -> Candidate | None:
+    def match_sentence(self, sentence: str, message: MessageRecord) -> ProposedMemory | None:
         """The candidate the first matching rule makes of one sentence, or None."""
         if _QUESTION.search(sentence) or len(terms(sentence, keep_stopwords=True)) < 2:
             return None
@@ -445,7 +445,7 @@ class RulesExtractor:
                 if not old:
                     continue
                 replaces = [old]
-            return Candidate(
+            return ProposedMemory(
                 content=sentence, memory_type=rule.memory_type, importance=rule.importance,
                 confidence=rule.confidence, source_ids=[message.message_id], message=message,
                 extractor=self.name, rule=rule.name, slot=slot or None, value=value or None, replaces=replaces,
@@ -453,7 +453,7 @@ class RulesExtractor:
             )
         return None
 
-    def _answer(self, previous: MessageRecord, message: MessageRecord) -> Candidate | None:
+    def _answer(self, previous: MessageRecord, message: MessageRecord) -> ProposedMemory | None:
         """A short answer to the assistant's question about the user, kept with the question."""
         if previous.role != "assistant" or not _QUESTION.search(previous.content):
             return None
@@ -469,13 +469,8 @@ class RulesExtractor:
                 return None
         elif not (_ABOUT_YOU_EN.search(question) and _ASKS_PREFERENCE.search(question)):
             return None
-        return Candidate(
+        return ProposedMemory(
             content=f"{question} {text}", memory_type="semantic", importance=0.5, confidence=0.7,
             source_ids=[previous.message_id, message.message_id], message=message, extractor=self.name,
             rule="answer", context=None,
         )
-
-
-def normalised(text: str) -> str:
-    """Lower-cased, NFKC, whitespace-collapsed text for containment tests."""
-    return " ".join(normalize(text).split())

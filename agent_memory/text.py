@@ -53,15 +53,21 @@ CHINESE_STOPWORDS = frozenset(
 )
 
 
-def normalize(text: str) -> str:
+def nfkc_lower(text: str) -> str:
     """NFKC-normalise (full-width letters and digits become ASCII) and lower-case."""
     return unicodedata.normalize("NFKC", text).lower()
+
+
+def comparable(text: str) -> str:
+    """`nfkc_lower` with its whitespace collapsed: two texts that differ only in case, width and
+    spacing compare equal (and one is found inside the other)."""
+    return " ".join(nfkc_lower(text).split())
 
 
 def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
     """The keyword terms of a text: words, and bigrams of CJK runs (a lone CJK character stays)."""
     out: list[str] = []
-    for token in _TOKEN.findall(normalize(text)):
+    for token in _TOKEN.findall(nfkc_lower(text)):
         if CJK_RUN.match(token):
             words, function = _segment(token)
             if len(token) == 1:

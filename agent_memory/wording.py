@@ -5,8 +5,7 @@ Clustering (`agent_memory.clustering`) links two memories only when their wordin
 restatement names the same things ("Lufthansa", "AB-"), and the bar its cosine must reach
 depends on how its content words differ from the other's. Where the model cannot read a text,
 `weighted_overlap` of `lexical_features` stands in for cosine; `swaps_roles` tells who does what
-to whom. (`lexical_agreement`, `adds_content` and `content_terms` are the earlier word-set
-measures, kept for the checks that still compare them.)
+to whom. Extraction reads `content_terms` and `topic_words` to tell what a statement is about.
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from agent_memory.text import (
     CJK_RANGES,
     ENGLISH_STOPWORDS,
     chinese_words,
-    normalize,
+    nfkc_lower,
     sentences,
     stem_words,
-    terms,
 )
 
 # A CJK character, or a word of any other script (a word stops where a CJK run starts).
@@ -51,7 +49,7 @@ _DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 def folded(text: str) -> str:
     """NFKC, lower case, one apostrophe, contractions spelt out and digit groups joined: what
     every comparison of wording starts from."""
-    lowered = _HAD.sub(" had", _DIGIT_GROUP.sub("", normalize(text).replace("’", "'")))
+    lowered = _HAD.sub(" had", _DIGIT_GROUP.sub("", nfkc_lower(text).replace("’", "'")))
     return _CONTRACTION.sub(lambda m: _CONTRACTED[m.group(1)], lowered)
 
 
@@ -100,25 +98,6 @@ def word_set(text: str) -> frozenset[str]:
     pieces = {p for w in latin for p in _LETTERS_OR_DIGITS.findall(w)}
     joined = {a + b for a, b in zip(latin, latin[1:], strict=False)}
     return frozenset(_NAME_TOKEN.findall(lowered)) | frozenset(latin) | pieces | joined | frozenset(_cjk_numbers(text))
-
-
-def names_agree(a: str, b: str) -> bool:
-    """Whether every name or number of each text is also a word of the other."""
-    return names(a) <= word_set(b) and names(b) <= word_set(a)
-
-
-def lexical_agreement(a: str, b: str) -> float:
-    """Dice overlap of word terms, CJK bigrams and CJK single characters, 0..1.
-
-    Single characters next to the bigrams of `agent_memory.text` make an inserted adverb
-    ("我很喜欢喝咖啡" for "我喜欢喝咖啡") cost less than a changed object ("我喜欢喝茶"), which
-    bigrams alone score the other way round on short sentences.
-    """
-    ta = set(terms(a)) | set(CJK.findall(normalize(a)))
-    tb = set(terms(b)) | set(CJK.findall(normalize(b)))
-    if not ta or not tb:
-        return 0.0
-    return 2 * len(ta & tb) / (len(ta) + len(tb))
 
 
 # Words that shade a statement without changing what it is about: adverbs of degree, time and
@@ -193,15 +172,6 @@ def content_terms(text: str) -> set[str]:
     return set(content_sequence(text))
 
 
-def adds_content(a: set[str], b: set[str]) -> bool:
-    """Whether one statement has more content terms the other lacks than the other way round.
-
-    A restatement may swap a word for a synonym ("named" for "called"): one for one. A statement
-    with a term more ("sister", "同事") is about something else, even where it also swaps a word.
-    """
-    return len(a - b) != len(b - a)
-
-
 # Who every statement is about: sharing it says nothing about sharing a fact.
 _SUBJECT_TERMS = frozenset({"user"})
 
@@ -234,7 +204,7 @@ _POSSESSIVE = re.compile(r"(?:'s|\bmy|\bour)\s+([^\W_]+)")
 
 def owned_terms(text: str) -> frozenset[str]:
     """The content terms (stems) right after a possessive: "the user's cat", "my company"."""
-    lowered = normalize(text).replace("’", "'")
+    lowered = nfkc_lower(text).replace("’", "'")
     return frozenset(stem_words(_POSSESSIVE.findall(lowered)))
 
 
@@ -243,7 +213,7 @@ def exact_key(text: str) -> str:
 
     The signs that make a name ("C++", "AB-") are kept: "AB-" and "AB+" are two blood groups.
     """
-    return " ".join(_NAME_TOKEN.findall(normalize(text)))
+    return " ".join(_NAME_TOKEN.findall(nfkc_lower(text)))
 
 
 

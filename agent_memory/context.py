@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.models import ContextQuery, MessageRecord, RecallHit
-from agent_memory.settings import BUNDLED_MODEL, ContextSettings
+from agent_memory.setting_groups import BUNDLED_MODEL, ContextSettings
 from agent_memory.text import is_chinese, only_asks, terms
 
 log = logging.getLogger(__name__)

@@ -41,10 +41,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_memory.clustering import pair_signals  # noqa: E402
 from agent_memory.consolidation import plan_user  # noqa: E402
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
 from agent_memory.judges import build_judge  # noqa: E402
+from agent_memory.linking import pair_signals  # noqa: E402
 from agent_memory.models import Scope  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402

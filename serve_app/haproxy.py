@@ -96,24 +96,32 @@ def run(binary: str, monitor_host: str, args: list[str]) -> None:
 
 
 LAUNCHER_MARK = "# HAProxy for agent-memory"
+RUNS = "# runs: "
 
 
-def is_launcher(path: str) -> bool:
-    """Whether `path` is a launcher `write_launcher` made (not HAProxy itself)."""
+def launched_binary(path: str) -> str | None:
+    """The HAProxy binary a launcher `write_launcher` made runs, or None if `path` is no launcher."""
     try:
         with open(path, "rb") as file:
-            return LAUNCHER_MARK.encode() in file.read(256)
+            head = file.read(4096).decode("utf-8", "replace")
     except OSError:
-        return False
+        return None
+    if LAUNCHER_MARK not in head:
+        return None
+    line = next((line for line in head.splitlines() if line.startswith(RUNS)), None)
+    return shlex.split(line.removeprefix(RUNS))[0] if line else None
 
 
 def write_launcher(binary: str, monitor_host: str, directory: Path | None = None) -> Path:
     """An executable that runs `binary` through this file (what RAY_SERVE_HAPROXY_BINARY_PATH
-    names): kept in a private temporary directory, one file per binary and host."""
+    names): kept in a private temporary directory, one file per binary and host. A launcher given
+    as `binary` is not wrapped again: the binary it runs is."""
+    binary = launched_binary(binary) or binary
     script = (
         "#!/bin/sh\n"
-        f"{LAUNCHER_MARK}: Serve's config with its monitoring on "
-        f"{monitor_host or 'every interface'} (serve_app/haproxy.py).\n"
+        f"{LAUNCHER_MARK}: Serve's config with its monitoring on {monitor_host or 'every interface'} "
+        "(serve_app/haproxy.py).\n"
+        f"{RUNS}{shlex.quote(binary)}\n"
         f"exec {shlex.quote(sys.executable)} -I {shlex.quote(str(Path(__file__).resolve()))} "
         f"{shlex.quote(binary)} {shlex.quote(monitor_host)} \"$@\"\n"
     )

@@ -16,7 +16,7 @@ from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 from serve_app.app import app_builder
 from serve_app.config import haproxy_env, monitoring_line, real_haproxy_binary
-from serve_app.haproxy import LayoutChanged, is_launcher, served_config, write_launcher
+from serve_app.haproxy import LayoutChanged, launched_binary, served_config, write_launcher
 
 
 def test_app_builder_refuses_args_that_are_no_setting(tmp_path) -> None:
@@ -78,8 +78,10 @@ def test_haproxy_config_of_another_layout_is_refused_not_served_open() -> None:
 def test_the_launcher_runs_haproxy_on_the_served_config(tmp_path: Path) -> None:
     binary = real_haproxy_binary()
     launcher = write_launcher(binary, "127.0.0.1", tmp_path / "bin")
-    assert is_launcher(str(launcher)) and not is_launcher(binary)
+    assert launched_binary(str(launcher)) == binary and launched_binary(binary) is None
     assert write_launcher(binary, "127.0.0.1", tmp_path / "bin") == launcher  # one file per binary and host
+    # A launcher given as the binary (a server started by another) is not wrapped twice.
+    assert write_launcher(str(launcher), "127.0.0.1", tmp_path / "bin") == launcher
     config = _serve_config(tmp_path)
     checked = _check(str(launcher), config)
     assert checked.returncode == 0, checked.stderr
@@ -100,7 +102,12 @@ def test_monitoring_ports_are_the_documented_ones_the_ones_set_or_refused(monkey
     free = Settings(haproxy_stats_port=0, haproxy_metrics_port=0, _env_file=None)  # type: ignore[call-arg]
     env = haproxy_env(free)
     stats, metrics = int(env["RAY_SERVE_HAPROXY_STATS_PORT"]), int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])
-    assert stats and metrics and is_launcher(env["RAY_SERVE_HAPROXY_BINARY_PATH"])
+    real = launched_binary(env["RAY_SERVE_HAPROXY_BINARY_PATH"])
+    assert stats and metrics and real == real_haproxy_binary()
+    # A server started by this one inherits its launcher, and runs the same binary through its own.
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", env["RAY_SERVE_HAPROXY_BINARY_PATH"])
+    assert real_haproxy_binary() == real
+    assert launched_binary(haproxy_env(free)["RAY_SERVE_HAPROXY_BINARY_PATH"]) == real
     line = monitoring_line({"RAY_SERVE_ENABLE_HA_PROXY": "1", **env}, free)
     assert line == (f"HAProxy stats: http://127.0.0.1:{stats}/stats  Prometheus: http://127.0.0.1:{metrics}/metrics  "
                     "(this machine only)")

@@ -9,7 +9,7 @@ export (`portability`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
@@ -263,15 +263,17 @@ class MemoryService:
 
     # -- recall --------------------------------------------------------------------------------
 
-    def recall(self, org_id: str, query: SearchQuery | dict[str, Any]) -> RecallResult:
-        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k."""
-        return self.recaller.recall(org_id, query)
+    def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
+               visible_teams: Collection[str] | None = None) -> RecallResult:
+        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k.
+        `visible_teams`: a caller kept to these teams finds their memories and those of no team."""
+        return self.recaller.recall(org_id, query, visible_teams=visible_teams)
 
     def context(self, org_id: str, query: ContextQuery | dict[str, Any], *,
-                visible: Callable[[str | None], bool] | None = None) -> dict[str, Any]:
+                visible_teams: Collection[str] | None = None) -> dict[str, Any]:
         """The block an agent puts in its prompt: recalled memories, a summary of the session's older
-        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible` keeps the
-        memories of the teams a caller may read."""
+        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible_teams` as
+        for `recall`."""
         request: ContextQuery = parse_input(ContextQuery, query)
         builder = self.context_builder
         builder.budget(request)  # a budget over the limit is refused before any work
@@ -283,9 +285,8 @@ class MemoryService:
         if top_k:
             recalled = self.recall(org_id, SearchQuery(
                 user_id=request.user_id, query=request.query, top_k=top_k, memory_types=request.memory_types
-            ))
-        hits = [h for h in recalled.memories if visible is None or visible(h.team_id)]
-        return builder.build(org_id, request, turns, hits, degraded=recalled.degraded)
+            ), visible_teams=visible_teams)
+        return builder.build(org_id, request, turns, recalled.memories, degraded=recalled.degraded)
 
     @cached_property
     def context_builder(self) -> ContextBuilder:

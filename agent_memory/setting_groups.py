@@ -212,6 +212,16 @@ class ServingSettings(Group):
     proxy_location: Literal["HeadOnly", "EveryNode"] | None = Field(
         None, description="Where Serve's HTTP proxy runs (default: the Serve config's, else EveryNode); "
                           "HeadOnly where several nodes share one host and so one port.")
+    stats_port: int | None = env("haproxy_stats_port", None, ge=0, le=65535,
+                                 description="Port of HAProxy's stats page on a local stack. Unset: 8404, or a free "
+                                             "port where another process holds it; a number: that port, or no "
+                                             "start; 0: any free port. `agent-memory serve` prints the one in use.")
+    metrics_port: int | None = env("haproxy_metrics_port", None, ge=0, le=65535,
+                                   description="Port of HAProxy's Prometheus exporter on a local stack, as for the "
+                                               "stats page (unset: 9101, or a free port where it is held).")
+    monitor_host: str = env("haproxy_monitor_host", "127.0.0.1",
+                            description="Where HAProxy's stats page and exporter listen: loopback unless set "
+                                        "(`0.0.0.0`: every interface; see docs/serving.md before you do).")
 
 
 class WriterSettings(Group):

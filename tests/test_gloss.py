@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from agent_memory import gloss as gloss_module
-from agent_memory.gloss import Dictionary, Glosser, SensePolicy, dictionary_path, gloss, parse_numeral
+from agent_memory.cedict import Dictionary, SensePolicy, dictionary_path
+from agent_memory.gloss import Glosser, gloss, parse_numeral
 
 
 def test_the_dictionary_is_read_from_the_installed_package() -> None:
@@ -108,3 +109,21 @@ def test_glosses_are_the_same_from_many_threads_and_the_dictionary_loads_once(mo
         results = list(pool.map(gloss, texts))
     assert results == [gloss(t) for t in texts]
     assert len(loads) == 1
+
+
+def test_one_text_in_anothers_words_where_the_dictionary_gives_both_one_sense() -> None:
+    glosser = gloss_module.default_glosser()
+    assert glosser.in_words_of("我老公在银行上班。", "我丈夫在银行上班。") == "我老公在银行上班。"
+    assert glosser.in_words_of("我上个月换了一台新电脑。", "我上个月换了一台新计算机。") == "我上个月换了一台新电脑。"
+    assert glosser.in_words_of("用户很怕坐飞机。", "用户特别害怕搭飞机。") == "用户特别怕坐飞机。"
+    # No whole sense in common: "hire" is no sense of 买; "drink" is part of 戒酒's "give up drinking".
+    assert glosser.in_words_of("我租了一套两居室。", "我买了一套两居室。") == "我买了一套两居室。"
+    assert glosser.in_words_of("我喝酒。", "我戒酒了。") == "我戒酒了。"
+    assert glosser.in_words_of("我平时爱喝绿茶。", "我平时爱喝红茶。") == "我平时爱喝红茶。"
+    assert glosser.in_words_of("I like tea", "我喜欢茶") == "我喜欢茶"
+
+
+def test_a_variant_entry_is_one_of_the_word_itself() -> None:
+    words = gloss_module.default_glosser().word
+    # 喝 hē "to drink/variant of 嗬" is 喝's own reading; 秊 "grain", a variant of 年, is not 年's.
+    assert words("喝") == "drink" and words("年") == "year"

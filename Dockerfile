@@ -7,7 +7,7 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
 # The client distribution first: the server's API models are its (and it is a dependency).
 COPY clients/python clients/python
 RUN pip install --no-cache-dir ./clients/python
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md NOTICE ./
 COPY agent_memory agent_memory
 COPY storage storage
 COPY jobs jobs

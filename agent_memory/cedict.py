@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +94,6 @@ class Dictionary:
 
     def __contains__(self, word: str) -> bool:
         return word in self._raw
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
 
     def lookup(self, word: str) -> list[Entry]:
         """The word's entries in the dictionary's order (none when it lacks the word)."""

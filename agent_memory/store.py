@@ -15,6 +15,9 @@ import numpy as np
 
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, OrgScope, Scope, WriteScope
 
+# Which of a user's events to read whole, given each event's id, time and memory, oldest first.
+EventSelection = Callable[[list[dict[str, Any]]], set[str]]
+
 
 @dataclass(frozen=True)
 class RecallFilter:
@@ -30,6 +33,9 @@ class RecallFilter:
     # A caller kept to some teams finds the memories of those teams and of no team, never another
     # team's (None: every team of the scope).
     visible_teams: frozenset[str] | None = None
+    # Memory as it stood at this moment: created by then and active then (retired since counts as
+    # active); `status` is not used then.
+    as_of: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Candidate:
     created_at: datetime
     importance: float
     oov: float
+    feedback_offset: float = 0.0
+    feedback_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,8 @@ class Pool:
     `cosine` is NaN where the vector retriever did not return the memory, `bm25` NaN where the
     keyword retriever did not; `created_at` is in seconds since the epoch. `idf_mass` is the sum
     of the query terms' idf over the searched rows (the BM25 of a document that holds each query
-    term once at average length), None where the retriever cannot say. Fusion scores the
+    term once at average length), None where the retriever cannot say. `feedback_offset` and
+    `feedback_at` (seconds; NaN: no vote) are what feedback left of each importance. Fusion scores the
     whole pool with array arithmetic and builds hits (records, score parts) for the kept top-k
     only. `ranked` gives one retriever's list back (tests compare the two search paths with it);
     within equal scores it keeps the pool's order.
@@ -67,6 +76,8 @@ class Pool:
     importance: np.ndarray
     oov: np.ndarray
     idf_mass: float | None = None
+    feedback_offset: np.ndarray | None = None
+    feedback_at: np.ndarray | None = None
 
     @classmethod
     def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate], idf_mass: float | None = None) -> Pool:
@@ -83,6 +94,8 @@ class Pool:
             np.array([found[i].importance for i in ids], dtype=np.float64),
             np.array([found[i].oov for i in ids], dtype=np.float64),
             idf_mass,
+            np.array([found[i].feedback_offset for i in ids], dtype=np.float64),
+            np.array([_seconds(found[i].feedback_at) for i in ids], dtype=np.float64),
         )
 
     def ranked(self, retriever: str) -> list[Candidate]:
@@ -95,6 +108,10 @@ class Pool:
                       float(self.importance[i]), float(self.oov[i]))
             for i in order
         ]
+
+
+def _seconds(at: datetime | None) -> float:
+    return at.timestamp() if at is not None else float("nan")
 
 
 @dataclass(frozen=True)
@@ -156,8 +173,10 @@ class MemoryStore(Protocol):
         metadata) and whose it is (org, user)."""
         ...
 
-    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:
-        """The scope's memories, newest first, paginated by an opaque cursor."""
+    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None,
+                      as_of: datetime | None = None) -> Page:
+        """The scope's memories, newest first, paginated by an opaque cursor; with `as_of`, those
+        created by then that were active then (`status` is not used then)."""
         ...
 
     def replace_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
@@ -217,8 +236,9 @@ class MemoryStore(Protocol):
         """Log messages (insert-if-absent on row id); return the ids inserted."""
         ...
 
-    def user_events(self, scope: Scope) -> list[MemoryEvent]:
-        """Every audit event of the scope's user, oldest first."""
+    def user_events(self, scope: Scope, select: EventSelection | None = None) -> list[MemoryEvent]:
+        """Every audit event of the scope's user, oldest first; `select` picks which of them to
+        read whole from each event's `{"id", "at", "memory_id"}` (default: all)."""
         ...
 
     def user_messages(self, scope: Scope) -> list[MessageRecord]:
@@ -247,6 +267,17 @@ class MemoryStore(Protocol):
 
     def get_job(self, scope: OrgScope, job_id: str) -> dict[str, Any] | None:
         """One job of the org, or None."""
+        ...
+
+    def list_jobs(self, scope: OrgScope, *, kind: str | None, state: str | None, limit: int,
+                  cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's jobs, newest first (of one kind, in one state, where given), and the next cursor."""
+        ...
+
+    def user_page(self, scope: OrgScope, *, limit: int, after: str | None,
+                  prefix: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's users after `after` by id (ids starting with `prefix`), each with its memories
+        counted by status and by type, and its last activity; and the id the next page starts after."""
         ...
 
     def erase_user(self, scope: Scope) -> dict[str, int]:

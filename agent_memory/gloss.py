@@ -80,6 +80,9 @@ _LONGEST_WORD = 6
 # English words that carry no meaning of their own in a sense ("to be fond of" means "fond").
 _ENGLISH_FILLERS = frozenset("a an the to of in on at for by with from and or be is as one's oneself".split())
 _ENGLISH_WORD = re.compile(r"[a-z0-9']+")
+# A definition in parentheses after a sense's words, opening with an article ("bento (a meal in a
+# partitioned box)"); a note ("(coll.)", "(clothes etc)") is no definition.
+_DEFINITION = re.compile(r"\w \((?:a|an|the) ([^()]+)\)")
 _MEASURE_WORDS = frozenset("个位只台条件张本辆把家次种双套份口头匹棵部间座")
 
 
@@ -173,7 +176,7 @@ class Glosser:
         """What a word can mean: its own gloss and every dictionary sense, each as its content
         words ("to be fond of" -> {"fond"}), unstemmed: a sense is the same only in the same words
         ("meeting" of 会议 is no "meet" of 见面)."""
-        said = [CHAT_SENSES.get(word, "")] + self.senses.alternatives(word)
+        said = [CHAT_SENSES.get(word, "")] + self.senses.alternatives(word) + self._definitions(word)
         if not self.dictionary.lookup(word) and len(word) > 1:
             said.append(self.word(word))
         out = set()
@@ -182,6 +185,18 @@ class Glosser:
             if words:
                 out.add(frozenset(words))
         return frozenset(out)
+
+    def _definitions(self, word: str) -> list[str]:
+        """What the dictionary says a sense is, in parentheses after its words and opening with an
+        article ("bento (a meal in a partitioned box)"): a sense of its own. A note in parentheses
+        ("(coll.) husband", "to change (clothes etc)") is none."""
+        out = []
+        for entry in self.dictionary.lookup(word):
+            for sense in entry.senses:
+                for inner in _DEFINITION.findall(sense):
+                    if len([w for w in _ENGLISH_WORD.findall(inner.lower()) if w not in _ENGLISH_FILLERS]) >= 2:
+                        out.append(inner)
+        return out
 
     def _classifier(self, word: str) -> bool:
         """Whether a word after a numeral is a measure word (台, 只, 个), dropped as English drops it

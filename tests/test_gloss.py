@@ -117,6 +117,10 @@ def test_one_text_in_anothers_words_where_the_dictionary_gives_both_one_sense() 
     assert glosser.in_words_of("我老公在银行上班。", "我丈夫在银行上班。") == "我老公在银行上班。"
     assert glosser.in_words_of("我上个月换了一台新电脑。", "我上个月换了一台新计算机。") == "我上个月换了一台新电脑。"
     assert glosser.in_words_of("用户很怕坐飞机。", "用户特别害怕搭飞机。") == "用户特别怕坐飞机。"
+    # A definition in parentheses is a sense: 便当 "bento (a meal in a partitioned box)", 盒饭 "meal in a partitioned box".
+    assert glosser.in_words_of("我加班时常吃盒饭。", "我加班时常吃便当。") == "我加班时常吃盒饭。"
+    # A note in parentheses is not: 换 "to change (clothes etc)" does not mean "clothes".
+    assert frozenset({"clothes", "etc"}) not in glosser.meanings("换") and frozenset({"clothes"}) not in glosser.meanings("换")
     # No whole sense in common: "hire" is no sense of 买; "drink" is part of 戒酒's "give up drinking".
     assert glosser.in_words_of("我租了一套两居室。", "我买了一套两居室。") == "我买了一套两居室。"
     assert glosser.in_words_of("我喝酒。", "我戒酒了。") == "我戒酒了。"

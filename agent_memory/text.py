@@ -165,10 +165,22 @@ def is_chinese(text: str) -> bool:
 
 
 def gloss(text: str) -> str:
-    """`text` with its Chinese put into English word by word through CC-CEDICT ("我老公在银行上班。"
-    -> "I husband at bank go to work"): what an English model can read of Chinese. Latin words and
-    numbers are kept as written. The dictionary is read on first use (about a second, once per
-    process, under a lock) and each word's gloss is cached; see `agent_memory.gloss`."""
+    """`text` with its Chinese put into English word by word through CC-CEDICT, for an English
+    model to read: "我老公在银行上班。" -> "I husband at bank go to work"; "用户每月房租三千五。" ->
+    "user each month rent for a room or house 3500".
+
+    - Chinese is segmented with jieba, as keyword search segments it; each word becomes one
+      dictionary sense (function words and kin by a list of our own), a word the dictionary lacks
+      the senses of the longest words it is made of; a numeral becomes a number, and a measure
+      word after it is dropped ("两只猫" -> "two cat").
+    - Latin words and numbers pass as written, NFKC-normalised (full-width letters become ASCII);
+      sentence marks become "." and ","; anything else (emoji, "+", "$") is dropped, so English
+      comes back as its words ("I like C++" -> "I like C"). "" gives "".
+    - Deterministic and safe from any thread. The dictionary is read on first use (about a
+      second, once per process, under a lock) and each word's gloss is cached.
+
+    See `agent_memory.gloss` for the sense chosen and for `Glosser.in_words_of`, which puts one
+    Chinese text in another's words."""
     return default_glosser().gloss(text)
 
 

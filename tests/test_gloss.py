@@ -45,6 +45,10 @@ def test_latin_words_and_numbers_are_kept_and_numerals_become_numbers() -> None:
     assert gloss("我每个月房租三千五百块").endswith("3500 yuan")
     assert gloss("我每个月工资一万二").endswith("12000")
     assert gloss("") == "" and gloss("。！") == ""
+    # Sentence marks become "." and ","; symbols and emoji go.
+    assert gloss("I like C++ 🐱, really!") == "I like C, really"
+    glossed = gloss("我有两只猫🐱，一只叫Tom。")
+    assert glossed.startswith("I have two cat, a ") and glossed.endswith(" Tom")
 
 
 @pytest.mark.parametrize(("numeral", "value"), [

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from agent_memory.cedict import Dictionary, SensePolicy, Senses
-from agent_memory.text import CHINESE_STOPWORDS, chinese_words, stem_words
+from agent_memory.tokenizers import chinese_words
 
 _HAN_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN = re.compile(f"[{_HAN_RANGES}]+")
@@ -80,6 +80,9 @@ _LONGEST_WORD = 6
 # English words that carry no meaning of their own in a sense ("to be fond of" means "fond").
 _ENGLISH_FILLERS = frozenset("a an the to of in on at for by with from and or be is as one's oneself".split())
 _ENGLISH_WORD = re.compile(r"[a-z0-9']+")
+# A definition in parentheses after a sense's words, opening with an article ("bento (a meal in a
+# partitioned box)"); a note ("(coll.)", "(clothes etc)") is no definition.
+_DEFINITION = re.compile(r"\w \((?:a|an|the) ([^()]+)\)")
 _MEASURE_WORDS = frozenset("个位只台条件张本辆把家次种双套份口头匹棵部间座")
 
 
@@ -145,9 +148,10 @@ class Glosser:
         return pieces
 
     def content_words(self, text: str) -> list[str]:
-        """The Chinese words of a text as the gloss reads them, less function words."""
+        """The Chinese words of a text as the gloss reads them, less the function words of our list
+        (pronouns, negations, particles, units: a rewording never swaps one of those)."""
         words = [p for run in _HAN.findall(text) for word in chinese_words(run) for p in self._pieces(word)]
-        return [w for w in words if w not in CHINESE_STOPWORDS and FUNCTION_WORDS.get(w, "-") != ""]
+        return [w for w in words if w not in FUNCTION_WORDS]
 
     def in_words_of(self, a: str, b: str) -> str:
         """`b` with each word that `a` lacks replaced by a word of `a` that the dictionary gives a
@@ -169,17 +173,30 @@ class Glosser:
         return out
 
     def _meanings(self, word: str) -> frozenset[frozenset[str]]:
-        """What a word can mean: its own gloss and every dictionary sense, each as its stemmed
-        content words ("to be fond of" -> {"fond"})."""
-        said = [FUNCTION_WORDS.get(word) or CHAT_SENSES.get(word) or ""] + self.senses.alternatives(word)
+        """What a word can mean: its own gloss and every dictionary sense, each as its content
+        words ("to be fond of" -> {"fond"}), unstemmed: a sense is the same only in the same words
+        ("meeting" of 会议 is no "meet" of 见面)."""
+        said = [CHAT_SENSES.get(word, "")] + self.senses.alternatives(word) + self._definitions(word)
         if not self.dictionary.lookup(word) and len(word) > 1:
             said.append(self.word(word))
         out = set()
         for sense in said:
             words = [w for w in _ENGLISH_WORD.findall(sense.lower()) if w not in _ENGLISH_FILLERS]
             if words:
-                out.add(frozenset(stem_words(words)))
+                out.add(frozenset(words))
         return frozenset(out)
+
+    def _definitions(self, word: str) -> list[str]:
+        """What the dictionary says a sense is, in parentheses after its words and opening with an
+        article ("bento (a meal in a partitioned box)"): a sense of its own. A note in parentheses
+        ("(coll.) husband", "to change (clothes etc)") is none."""
+        out = []
+        for entry in self.dictionary.lookup(word):
+            for sense in entry.senses:
+                for inner in _DEFINITION.findall(sense):
+                    if len([w for w in _ENGLISH_WORD.findall(inner.lower()) if w not in _ENGLISH_FILLERS]) >= 2:
+                        out.append(inner)
+        return out
 
     def _classifier(self, word: str) -> bool:
         """Whether a word after a numeral is a measure word (台, 只, 个), dropped as English drops it
@@ -257,9 +274,3 @@ def default_glosser() -> Glosser:
             if _default is None:
                 _default = Glosser(Dictionary())
     return _default
-
-
-def gloss(text: str) -> str:
-    """`text` with its Chinese glossed into English, word by word ("我老公在银行上班。" ->
-    "I husband at bank go to work"); Latin words and numbers are kept as written."""
-    return default_glosser().gloss(text)

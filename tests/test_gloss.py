@@ -1,4 +1,4 @@
-"""Pure unit tests of the Chinese gloss (CC-CEDICT from the installed package; no store, no model)."""
+"""Pure unit tests of the Chinese gloss (`agent_memory.text.gloss`, CC-CEDICT from the installed package; no store, no model)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from agent_memory import gloss as gloss_module
 from agent_memory.cedict import Dictionary, SensePolicy, dictionary_path
-from agent_memory.gloss import Glosser, gloss, parse_numeral
+from agent_memory.gloss import Glosser, parse_numeral
+from agent_memory.text import gloss
 
 
 def test_the_dictionary_is_read_from_the_installed_package() -> None:
@@ -44,6 +45,10 @@ def test_latin_words_and_numbers_are_kept_and_numerals_become_numbers() -> None:
     assert gloss("我每个月房租三千五百块").endswith("3500 yuan")
     assert gloss("我每个月工资一万二").endswith("12000")
     assert gloss("") == "" and gloss("。！") == ""
+    # Sentence marks become "." and ","; symbols and emoji go.
+    assert gloss("I like C++ 🐱, really!") == "I like C, really"
+    glossed = gloss("我有两只猫🐱，一只叫Tom。")
+    assert glossed.startswith("I have two cat, a ") and glossed.endswith(" Tom")
 
 
 @pytest.mark.parametrize(("numeral", "value"), [
@@ -116,6 +121,10 @@ def test_one_text_in_anothers_words_where_the_dictionary_gives_both_one_sense() 
     assert glosser.in_words_of("我老公在银行上班。", "我丈夫在银行上班。") == "我老公在银行上班。"
     assert glosser.in_words_of("我上个月换了一台新电脑。", "我上个月换了一台新计算机。") == "我上个月换了一台新电脑。"
     assert glosser.in_words_of("用户很怕坐飞机。", "用户特别害怕搭飞机。") == "用户特别怕坐飞机。"
+    # A definition in parentheses is a sense: 便当 "bento (a meal in a partitioned box)", 盒饭 "meal in a partitioned box".
+    assert glosser.in_words_of("我加班时常吃盒饭。", "我加班时常吃便当。") == "我加班时常吃盒饭。"
+    # A note in parentheses is not: 换 "to change (clothes etc)" does not mean "clothes".
+    assert frozenset({"clothes", "etc"}) not in glosser.meanings("换") and frozenset({"clothes"}) not in glosser.meanings("换")
     # No whole sense in common: "hire" is no sense of 买; "drink" is part of 戒酒's "give up drinking".
     assert glosser.in_words_of("我租了一套两居室。", "我买了一套两居室。") == "我买了一套两居室。"
     assert glosser.in_words_of("我喝酒。", "我戒酒了。") == "我戒酒了。"

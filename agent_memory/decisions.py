@@ -16,7 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from agent_memory.clauses import clauses, is_event, is_habit, names_relation, replaces_habit, subject
+from agent_memory.clauses import (
+    clauses,
+    instruction,
+    is_event,
+    is_habit,
+    names_relation,
+    read_sentence,
+    replaces_habit,
+    subject,
+)
 from agent_memory.ids import stable_id
 from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryRecord, NewMemory, Scope
@@ -77,15 +86,34 @@ def _retractable(record: MemoryRecord) -> bool:
     5"); one that only mentions someone ("I study after the kids are asleep") is the user's."""
     zh = is_chinese(record.content)
     own = subject(record.content, zh) != "other" and not names_relation(record.content, zh)
-    return (record.memory_type != "episodic" or not is_event(record.content)) and own
+    said_by_user = _meta(record, "role") != "assistant"
+    return (record.memory_type != "episodic" or not is_event(record.content)) and own and said_by_user
 
 
-def _asserted_text(record: MemoryRecord) -> str:
-    """What a memory asserts now: its content without the old values it says it replaced."""
-    text = comparable(record.content)
+def _asserted_text(record: MemoryRecord, content: str | None = None) -> str:
+    """What a memory asserts now: its content (or the part of it given) without the old values it
+    says it replaced."""
+    text = comparable(record.content if content is None else content)
     for old in _meta(record, "replaces") or []:
         text = text.replace(comparable(str(old)), " ")
     return text
+
+
+def _held_text(record: MemoryRecord) -> str:
+    """What a memory says holds of the user now. Of a turn of theirs stored raw, only what the
+    grammar reads as theirs, or an instruction: "Watched a talk where someone live-coded in VS
+    Code" says nothing of the user's editor, it mentions one in passing. Any other memory (what
+    the rules or an LLM kept, one written directly) as it asserts itself."""
+    if _meta(record, "role") != "user":
+        return _asserted_text(record)
+    held = []
+    for sentence in said_sentences(record.content):
+        reading = read_sentence(sentence)
+        if instruction(sentence):
+            held.append(sentence)
+        elif reading is not None:
+            held.append(reading.content)
+    return _asserted_text(record, " ".join(held))
 
 
 def _states(old: str, asserted: str) -> bool:
@@ -137,7 +165,8 @@ def contradicts(candidate: ProposedMemory, other: MemoryRecord) -> bool:
         new_value = comparable(candidate.value) if candidate.value else None
         if new_value and new_value in asserted:
             return False
-        return any(_states(old, asserted) for old in candidate.replaces)
+        held = _held_text(other)
+        return any(_states(old, held) for old in candidate.replaces)
     return False
 
 
@@ -298,8 +327,11 @@ class Decider:
         session = [r for r in earlier if r.session_id == record.session_id]
         if candidate.replaces:
             # It names what it takes back: only a statement about that, in any wording.
+            # The user's own statement about it, not a passing mention: the latest of this run's and
+            # the stored ones, then of those the candidate was compared with, stated before it.
             named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
-            return next((o for o in earlier if named & topic_words(_asserted_text(o))), None)
+            nearby = [p for p in pool if _retractable(p) and p.created_at <= record.created_at]
+            return next((o for o in [*earlier, *nearby] if named & topic_words(_held_text(o))), None)
         about = topic_words(_asserted_text(record))
         for other in session:
             if about & topic_words(_asserted_text(other)):

@@ -489,9 +489,9 @@ def replaces_habit(text: str) -> bool:
     return bool(_IN_ITS_PLACE.search(text))
 
 
-# Where the user is, or what of theirs is still where it was: "坐标长沙", "人在深圳", "生活的还在印象笔记里"
-# (a part of theirs named with 的; not "快递还在路上").
-_ZH_STILL_MINE = re.compile(r"^(?:坐标|人在)|^(?:[^，。]{1,4}的)?(?:还在|仍在)")
+# Where the user is, what their home has, or what of theirs is still where it was: "坐标长沙", "人在深圳",
+# "家里有一对双胞胎", "生活的还在印象笔记里" (a part of theirs named with 的; not "快递还在路上").
+_ZH_STILL_MINE = re.compile(r"^(?:坐标|人在|家里(?=有|养))|^(?:[^，。]{1,4}的)?(?:还在|仍在)")
 
 
 def _zh_speaker_implied(text: str) -> bool:

@@ -23,6 +23,7 @@ change of mind, so a clause that retracts is kept with the clause that says what
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent_memory.grammar.en import EN
@@ -550,6 +551,18 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
         return None
     flip = retracts(content, zh)
     return Reading(content=content, flip=flip, old=old_values(content, zh) if flip else ())
+
+
+def own_statements(said: Sequence[str]) -> str:
+    """What a turn's sentences say of the user: of each, what `read_sentence` keeps, or the whole
+    of an instruction ("Watched a talk where someone live-coded in VS Code" says nothing of them)."""
+    kept = []
+    for sentence in said:
+        if instruction(sentence):
+            kept.append(sentence)
+        elif (reading := read_sentence(sentence)) is not None:
+            kept.append(reading.content)
+    return " ".join(kept)
 
 
 def statement(sentence: str) -> str:

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from agent_memory.clauses import (
     clauses,
-    instruction,
     is_event,
     is_habit,
     names_relation,
-    read_sentence,
+    own_statements,
     replaces_habit,
     subject,
 )
@@ -52,12 +51,7 @@ class ExtractionResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view (a job's report)."""
-        return {
-            "mode": self.mode, "messages": self.messages, "candidates": self.candidates,
-            "created": list(self.created), "reinforced": list(self.reinforced),
-            "superseded": list(self.superseded), "unchanged": self.unchanged,
-            "below_confidence": self.below_confidence,
-        }
+        return asdict(self)
 
     def add(self, other: ExtractionResult) -> None:
         """Fold another result (another user or session) into this one."""
@@ -100,20 +94,10 @@ def _asserted_text(record: MemoryRecord, content: str | None = None) -> str:
 
 
 def _held_text(record: MemoryRecord) -> str:
-    """What a memory says holds of the user now. Of a turn of theirs stored raw, only what the
-    grammar reads as theirs, or an instruction: "Watched a talk where someone live-coded in VS
-    Code" says nothing of the user's editor, it mentions one in passing. Any other memory (what
-    the rules or an LLM kept, one written directly) as it asserts itself."""
-    if _meta(record, "role") != "user":
-        return _asserted_text(record)
-    held = []
-    for sentence in said_sentences(record.content):
-        reading = read_sentence(sentence)
-        if instruction(sentence):
-            held.append(sentence)
-        elif reading is not None:
-            held.append(reading.content)
-    return _asserted_text(record, " ".join(held))
+    """What a memory says holds of the user now: of a turn of theirs stored raw, its statements of
+    their own (not "Watched a talk where someone live-coded in VS Code", a passing mention); any
+    other memory (what the rules or an LLM kept, one written directly) as it asserts itself."""
+    return _asserted_text(record, own_statements(said_sentences(record.content)) if _meta(record, "role") == "user" else None)
 
 
 def _states(old: str, asserted: str) -> bool:
@@ -326,9 +310,8 @@ class Decider:
         earlier = [r for r in self._recent(record) if _retractable(r)]
         session = [r for r in earlier if r.session_id == record.session_id]
         if candidate.replaces:
-            # It names what it takes back: only a statement about that, in any wording.
-            # The user's own statement about it, not a passing mention: the latest of this run's and
-            # the stored ones, then of those the candidate was compared with, stated before it.
+            # It names what it takes back: only the user's own statement about that, in any wording,
+            # the latest of this run's and the stored ones, then of those it was compared with.
             named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
             nearby = [p for p in pool if _retractable(p) and p.created_at <= record.created_at]
             return next((o for o in [*earlier, *nearby] if named & topic_words(_held_text(o))), None)

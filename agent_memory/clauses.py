@@ -23,10 +23,51 @@ change of mind, so a clause that retracts is kept with the clause that says what
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent_memory.grammar.en import EN
+from agent_memory.grammar.zh import ZH
 from agent_memory.stance import WORK_ROLES, is_person_word, names_person_first, persons
 from agent_memory.text import chinese_words, is_chinese, terms
+
+# The entries of the grammar tables this module reads a turn with (agent_memory.grammar).
+_EN_SELF = EN["speaker.self"].pattern
+_EN_MY = EN["speaker.my"].pattern
+_EN_SUBJECTLESS = EN["speaker.subjectless"].pattern
+_EN_BEGAN = EN["speaker.began"].pattern
+_EN_HERE = EN["speaker.here"].pattern
+_EN_LEAD = EN["speaker.lead"].pattern
+_EN_OTHER_SUBJECT = EN["speaker.other"].pattern
+_EN_NAMED_SUBJECT = EN["speaker.named"].pattern
+_EN_REPORTED_SELF = EN["speaker.reported_self"].pattern
+_EN_SO_FRAGMENT = EN["speaker.so_fragment"].pattern
+_EN_NAMES_RELATION = EN["relative.named"].pattern
+_EN_WITH_ME = EN["relative.with_me"].pattern
+_EN_RETRACT = EN["change.strong"].pattern
+_EN_WEAK_RETRACT = EN["change.weak"].pattern
+_EN_OLD = EN["change.old"].pattern
+_EN_NEW_STATE = EN["change.new_state"].pattern
+_EN_EVENT = EN["change.event"].pattern
+_EN_HABIT = EN["change.habit"].pattern
+_IN_ITS_PLACE = EN["change.in_its_place"].pattern
+_EN_CORRECTION = EN["correction.cue"].pattern
+_EN_INLINE_CORRECTION = EN["correction.inline"].pattern
+_ZH_OTHER_SUBJECT = ZH["speaker.other"].pattern
+_ZH_GROUP_SUBJECT = ZH["speaker.group"].pattern
+_ZH_SELF_MARKS = ZH["speaker.self_marks"].pattern
+_ZH_STILL_MINE = ZH["speaker.still_mine"].pattern
+_ZH_TOPIC_FIRST = ZH["speaker.topic_first"].pattern
+_ZH_REPORTED_SELF = ZH["speaker.reported_self"].pattern
+_ZH_TIME_LEAD = ZH["speaker.time_lead"].pattern
+_ZH_NAMES_RELATION = ZH["relative.named"].pattern
+_ZH_RETRACT = ZH["change.strong"].pattern
+_ZH_WEAK_RETRACT = ZH["change.weak"].pattern
+_ZH_OLD = ZH["change.old"].pattern
+_ZH_DROPPED_HABIT = ZH["change.dropped_habit"].pattern
+_ZH_EVENT = ZH["change.event"].pattern
+_ZH_HABIT = ZH["change.habit"].pattern
+_ZH_CORRECTION = ZH["correction.cue"].pattern
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
 # A colon between digits is a ratio or a time ("16:8", "7:40"), not a boundary.
@@ -63,11 +104,11 @@ _EN_REQUEST = re.compile(
 )
 _ZH_REQUEST = re.compile(r"帮我|给我(?:推荐|写|找|想|做|列|查|讲|看)|推荐(?:一下|个|几|点|些)|你(?:觉得|推荐|帮|能|可以)|请你|告诉我|"
                          r"想请教|求推荐|怎么办|咋办|有啥|该怎么")
-_EN_HYPOTHETICAL = re.compile(r"\b(?:if i|if i were|i'?d (?:be|love|like)|i would|i wish|imagine|suppose|random thought)\b",
+_EN_HYPOTHETICAL = re.compile(r"\b(?:if i|i'?d (?:be|love|like)|i would|i wish|imagine|suppose|random thought)\b",
                               re.IGNORECASE)
 _ZH_HYPOTHETICAL = re.compile(r"如果|要是|假如|假设|随便想想|万一")
 _EN_PASSING = re.compile(
-    r"^(?:thanks?|thank you|ty|thx)\b|^(?:lol|haha|ok|okay|sure|cool|great|nice|perfect|sick|right|yes|no|nah|yep|yeah)"
+    r"^(?:thanks?|ty|thx)\b|^(?:lol|haha|ok|okay|sure|cool|great|nice|perfect|sick|right|yes|no|nah|yep|yeah)"
     r"(?:[\s!.~,]+(?:thanks?|ty|thx|lol|haha)\b)*[\s!.~,]*$"
     r"|^just wanted to (?:share|say hi|check)|\bi (?:know|see|agree|hope so|forgot)\b|\bi (?:always |usually |often )?forget\b|"
     r"^i'?m (?:tired|bored|hungry|sorry|fine|good|done|back|here|not sure|curious)[\s.!]*$|\bdid (?:u|you) see\b|"
@@ -80,32 +121,10 @@ _EN_PASSING = re.compile(
     r"\bi (?:really )?(?:like|love|hate) (?:that|this|it)\b(?! \w+ing)|\bsounds (?:good|great)\b",
     re.IGNORECASE,
 )
-_ZH_PASSING = re.compile(r"^(?:谢谢|好的|好吧|嗯|哈哈|对|是的|行|可以|没事)[\s，,。！!~～]*$|^谢谢|好累|好冷|好热|好困|饿了|累死|哈哈哈|"
+_ZH_PASSING = re.compile(r"^(?:好的|好吧|嗯|哈哈|对|是的|行|可以|没事)[\s，,。！!~～]*$|^谢谢|好累|好冷|好热|好困|饿了|累死|哈哈哈|"
                          r"先不用了|问题解决了|可惜|[疼累困饿烦热冷忙]死了|^马上[^，。]{1,8}了|"
                          r"我在想|我猜|心情|^(?:今天|今晚|这周|这几天)")
 
-# The user as subject. English: I, I'm, my <thing> (not a person), we/our for the user's team.
-_EN_SELF = re.compile(r"^(?:i|i'm|im|i've|ive|i'll|i am|i have|my|we|we're|we've|our)\b", re.IGNORECASE)
-_EN_MY = re.compile(r"^(?:my|our)\s+(\w[\w-]*)(?:\s+(\w[\w-]*))?", re.IGNORECASE)
-_BEGAN = "got diagnosed|diagnosed|started|began|joined|graduated|adopted"
-_EN_SUBJECTLESS = re.compile(
-    r"^(?:prefer|love|like|hate|can'?t stand|addicted|allergic|vegetarian|vegan|been|have been|playing|working|living|"
-    r"going|doing|using|drinking|eating|not doing|no more|done with|moving|switching|booking|planning|heading|flying|"
-    r"changed my mind|scratch that|been meaning|quit|gave up|stopped|uninstalled|deleted|cancell?ed|ditched|dropped|switched|"
-    + _BEGAN + r")\b",
-    re.IGNORECASE,
-)
-# What began for someone, said without a subject ("Got diagnosed with ADHD last year", "started
-# last week"): the user's at the start, but whoever spoke before's after someone else's clause.
-_EN_BEGAN = re.compile(rf"^(?:{_BEGAN})\b", re.IGNORECASE)
-# Who the speaker is, said the chat way: "single dad of a 4-year-old here", "backend dev here".
-_EN_HERE = re.compile(r"^(?!.*\b(?:is|are|was|were|it|you|they|he|she)\b)(?:[\w'-]+\s+){1,6}here[\s.!]*$", re.IGNORECASE)
-# When or how often, said before the speaker: "these days I drink …", "Thursdays I sing in a choir".
-_EN_LEAD = re.compile(r"^(?:(?:these days|nowadays|lately|recently|currently|now|still|also|usually|always|mostly|"
-                      r"on \w+s|\w+days|every \w+|in the (?:mornings?|evenings?)|at night)[,\s]+)+", re.IGNORECASE)
-# When, said before the speaker in Chinese: "下周五（11月8号）我要飞新加坡", "明年我打算…".
-_ZH_TIME_LEAD = re.compile(r"^(?:(?:下|上|这|本)(?:个)?(?:周|星期|礼拜|月)[一二三四五六日天末]?|明天|后天|今年|明年|周末|月底|年底|"
-                           r"[0-9一二三四五六七八九十]+月[0-9一二三四五六七八九十]+[号日]|[（(][^）)]{0,12}[）)]|\s)+")
 # What the speaker would like to do, said to ask about it: "周末想带爸妈去周边转转，有什么推荐？".
 # How things are at the moment, said to explain a request: "跑完膝盖有点酸", "最近突然有点挑食".
 _ZH_STATE = re.compile(r"有点|有些|突然|老是|最近总|好[疼痛累烦酸难]")
@@ -117,19 +136,6 @@ _EN_PLAN = re.compile(r"\b(?:tomorrow|tonight|next \w+|on (?:mon|tues|wednes|thu
                       r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)\w* \d+)\b", re.IGNORECASE)
 _EN_WISH = re.compile(r"\b(?:i want to|i wanna|i'?m hoping to|i'?m thinking (?:of|about))\b", re.IGNORECASE)
 _ZH_WISH = re.compile(r"^[^，。]{0,4}?(?:想|打算|希望)(?![念法])")
-_EN_OTHER_SUBJECT = re.compile(r"^(?:he|she|they|this|that|there|you|your|the|a|an)\b", re.IGNORECASE)
-_ZH_OTHER_SUBJECT = re.compile(r"^(?:你|他|她|它|这|那|今天|天气|外面|楼下|楼上|隔壁|对面)")
-# Others as a group, after any word of when: "现在大家轮流选", "最近他们都…".
-_ZH_GROUP_SUBJECT = re.compile(r"^(?:现在|最近|后来|以后|平时)?(?:大家|他们|她们|别人|人家|其他人)(?!都?(?:叫|喊|称呼)我)")
-# Chinese drops the subject: a clause that says when or how often, or how things changed, is
-# the speaker's when nobody else is named.
-_ZH_SELF_MARKS = re.compile(r"^.{0,3}?(?:现在|已经|一直|每天|每周|每个月|平时|一般|经常|上个月|上周|去年|最近|以后|从来|后来|"
-                            r"不再|戒了|换成|改成|换了|搬到|离职|开了|只喝|只吃|只用|偶尔|改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打|用))")
-# Someone of the user's named or aged: "my daughter Mia", "my son just turned 5", "我女儿叫朵朵".
-# "My wife and I live in Denver": the user speaks, with someone.
-_EN_WITH_ME = re.compile(r"^(?i:my|our) \w+(?: \w+)? and (?:i|me)\b", re.IGNORECASE)
-_EN_NAMES_RELATION = re.compile(r"^(?i:my|our) \w+(?:'s name is| (?:is|just turned|turned) \d+| [A-Z][a-z]+\b)")
-_ZH_NAMES_RELATION = re.compile(r"^我(?:的|家)?\w{1,3}?(?:叫|名叫|今年|刚满|[0-9一二三四五六七八九十两]+岁)")
 # A standing instruction for the assistant: addressed to it, for every time to come.
 # "Can you stop adding disclaimers?": asked, and meant for every answer to come.
 _STOP_ASKED = r"\b(?:can|could|would) you (?:please )?stop\b"
@@ -156,38 +162,6 @@ def instruction(sentence: str) -> bool:
     code, use TypeScript", "写代码的时候注释也用中文")."""
     return bool((_ZH_INSTRUCTION if is_chinese(sentence) else _EN_INSTRUCTION).search(sentence))
 
-# A change of mind, as grammar: what retracts, and what says what holds now.
-# Strong: it takes back what was said ("scratch that" retracts the user's last statement). Weak:
-# it says what holds from now on, which retracts only what it is about.
-_EN_RETRACT = re.compile(
-    r"\b(?:no longer|not \w+(?: \w+)? any ?more|any ?more|no more|done with|scratch that|changed my mind|"
-    r"(?:switched|switching|moved|moving|changed|changing|migrated|migrating|went) (?:over )?(?:from|to)|"
-    r"gave up|given up|quit|ditched|not anymore|(?:went|go|going|gone|switched|moved) back to|stopped (?!by\b)|"
-    r"uninstalled|deleted|cancell?ed|got rid of|sold (?:my|the)|"
-    r"(?:should |let me |need to )?correct (?:that|myself))\b",
-    re.IGNORECASE,
-)
-_EN_WEAK_RETRACT = re.compile(r"\b(?:from now on|going forward|these days|now|moving to|going all in|instead|"
-                              r"starting (?:today|tomorrow|next \w+|\w+day))\b", re.IGNORECASE)
-_EN_OLD = re.compile(
-    r"\b(?:no longer (?:\w+ )?|not (?:doing|using|drinking|eating|into|on) |no more |done with |quit |gave up |ditched |"
-    r"dropped |cut (?:out )?|stopped (?:using |drinking |eating |doing )?|uninstalled |deleted |cancell?ed |got rid of |"
-    r"not \w+ing (?:her |him |them |my )?|(?:switched|moved|changed|migrated|went) (?:over )?from )"
-    r"(?P<old>(?![\w .+#'-]*\b(?:that|it|this|them|those)\b)(?!the moon\b)(?!(?:lol|haha|lmao|tbh|ngl)\b)[\w .+#'-]{2,30}?)(?=\s*(?:any ?more|now|for good|after this|to\b|[,.;!?—–]|$))",
-    re.IGNORECASE,
-)
-_ZH_RETRACT = re.compile(r"不再|已经不|不[^，。]{1,8}了|戒了|退了|挪到|换成|改成|改用|换到|转到|算了|离职|搬到|搬过去|换工作|"
-                         r"改(?:坐|学|喝|吃|去|住|玩|看|骑|开|穿|练|打)|卖了|卖掉了|"
-                         r"不用[^，。]{1,8}了|还是算了")
-_ZH_WEAK_RETRACT = re.compile(r"以后都|现在只|现在改|现在都|现在|最近|能接受|开始")
-# "日语先不学了", "Vue 基本不碰了": a habit dropped, its object said first, the speaker left out.
-_ZH_NO_MORE = r"(?:基本|已经|早就|都|也|就|先|暂时|再也)?不(?:碰|用|喝|吃|玩|看|去|学|练|跑|坐|开)了"
-_ZH_DROPPED_HABIT = re.compile(r"^[^，。]{1,8}?" + _ZH_NO_MORE)
-# "坚持不下去了" says it could not go on, not what it no longer does.
-_ZH_OLD = re.compile(r"(?:不再|已经不|不(?!下去|起|动|到|住|过|完))(?:喜欢)?(?:用|喝|吃|玩|做|学|去|住|坐|选)?(?P<old>[^，。；！？了]{2,14})了|戒了(?P<old2>[^，。；！？]{1,8})"
-                     r"|从(?P<old3>[^，。；！？]{1,12}?)(?:换成|改成|换到|转到|改用|切换到|搬到)"
-                     # The object said first: "Vue 基本不碰了", "奶茶已经不喝了".
-                     r"|(?:^|[，,\s])(?P<old4>[A-Za-z][\w+#.]*|[^，。；！？\s]{2,6}?)\s*" + _ZH_NO_MORE)
 
 
 @dataclass(frozen=True)
@@ -283,23 +257,6 @@ def asks(clause: str, zh: bool) -> bool:
     return bool(_EN_QUESTION.search(text) or _EN_REQUEST.search(text))
 
 
-_EN_SO_FRAGMENT = re.compile(r"^\s*so\s+(?:for|in|on|at|with|to|about|what|how|which|when)\b(?!.*\bi\b)", re.IGNORECASE)
-# What the user speaks about, said before them: "工作那部分我已经挪到飞书文档了".
-_ZH_TOPIC_FIRST = re.compile(r"^(?![你他她它这那])[^，。你他她它]{1,6}?(?<![跟给对和帮让叫被把向替陪请])我"
-                             r"(?:已经|一般|每天|都|也|还|就|平时|现在|会|要|不|没)")
-# What someone says of the user is the user's: "医生说我血糖偏高", "my doctor says I'm anaemic".
-# So is what someone did to the user's situation: "They moved me to the platform team", "公司给换了 ThinkPad".
-_ZH_REPORTED_SELF = re.compile(r"^(?:医生|大夫|体检|检查|报告|营养师)[^，。我]{0,3}(?:说|讲|显示|发现)我"
-                               r"|^(?:公司|单位|学校|部门|领导)[^，。我]{0,3}(?:刚|已经)?给我?(?:换|调|安排|配)了")
-_EN_REPORTED_SELF = re.compile(r"^(?:my )?(?:doctor|doc|dentist|gp|therapist|physio)\s+(?:says|said|thinks|told me)\s+(?:that\s+)?(?:i|my)\b"
-                               r"|^(?:they|\w+)\s+(?:just\s+)?(?:moved|put|switched|transferred|promoted|assigned|changed)\s+me\b",
-                               re.IGNORECASE)
-# Someone named as the subject: "Priya on my team is vegan", "Jess keeps ..." (with an apposition,
-# "Jess, my flatmate, keeps", only where the whole sentence is read: clauses split at commas).
-_EN_NAMED_SUBJECT = re.compile(
-    r"^(?!(?:I|We|It|This|That|There)\b)[A-Z][a-z]+(?: [A-Z][a-z]+)?"
-    r"(?:(?:,[^,]{2,30},| (?:on|from|at|in) (?:my|our) \w+)\s+(?:is|was|has|had)\b"
-    r"|\s+(?:keeps|says|said|thinks|wants|loves|likes|hates|swears)\b)")
 # Whose role a word after "my" names: a relative ("mother-in-law") or someone at work ("my manager").
 _EN_ROLES = frozenset((*WORK_ROLES, "neighbour", "neighbor"))
 
@@ -356,19 +313,8 @@ def _zh_relative(text: str) -> bool:
     return any(is_person_word(w) for w in named)
 
 
-_EN_IRREGULAR_PAST = (
-    "gave went got made took saw met bought had did ran wrote ate drank flew left came found lost won sold told spent "
-    "sent built taught brought began chose drove fell forgot heard kept knew led paid rode said sat slept spoke "
-    "stood swam threw woke wore caught fought held broke"
-).split()
-_EN_EVENT = re.compile(r"^(?:i|we)(?: \w+ly| just| finally| once)? (?:\w+ed|" + "|".join(_EN_IRREGULAR_PAST) + r")\b"
-                       r"|\b(?:yesterday|last (?:night|week|weekend|month|year)|\w+ ago)\b", re.IGNORECASE)
-_ZH_EVENT = re.compile(r"(?:昨天|前天|上周|上个月|去年|那天|刚才|上次)[^，。]{0,12}了")
 
 
-# A change that happened once and holds since: "I switched my layout to Dvorak a few weeks ago".
-_EN_NEW_STATE = re.compile(r"^(?:i|we)(?: \w+ly| just| finally)? (?:switched|moved|changed|started|began|joined|adopted|became)\b",
-                           re.IGNORECASE)
 
 
 def is_event(text: str) -> bool:
@@ -400,11 +346,6 @@ def old_values(text: str, zh: bool) -> tuple[str, ...]:
     return tuple(found)
 
 
-# A slip corrected on the spot: "Lyon — sorry, Lille", "the 14th — no wait, the 15th", "周三，不对，周四".
-_EN_CORRECTION = re.compile(r"^(?:sorry|no wait|wait no|wait|i mean|oops|actually no|correction)[\s,!.—–-]*$", re.IGNORECASE)
-_ZH_CORRECTION = re.compile(r"^[哦啊呃噢额]?(?:不对|哦不|不是|说错了|打错了|错了|口误)[\s，,！!。—–-]*$")
-# The cue and the correction in one clause: "I mean Oakland", "sorry, Lille" split at no comma.
-_EN_INLINE_CORRECTION = re.compile(r"^(?:sorry|no wait|wait no|i mean|oops|actually no)\s+(?P<fix>[^\W_].*)$", re.IGNORECASE)
 
 
 def _corrected(kept: list[str], fix: str, zh: bool) -> None:
@@ -447,15 +388,19 @@ def _restates_clause(slip: str, fix: str, zh: bool) -> bool:
     return subject(fix, zh) == "self"
 
 
-# A clause that only takes back what was said: kept, it carries the change of mind.
+# What takes back what was said, and after it what holds now; unless it only says what was wrong
+# with the old ("it's too slow").
 _TAKING_BACK = r"(?:还是)?算了|不对|scratch that|changed my mind|never ?mind|forget (?:that|it)|on second thought"
-_PURE_RETRACTION = re.compile(rf"^(?:{_TAKING_BACK})[\s,，!！.。…]*$", re.IGNORECASE)
-
-
-# After "scratch that", what holds now; unless it only says what was wrong with the old ("it's too slow").
 _TAKEN_BACK = re.compile(rf"^(?:{_TAKING_BACK})[\s,，!！.。…—–-]*(?P<rest>.*)$", re.IGNORECASE | re.DOTALL)
 _ABOUT_THE_OLD = re.compile(r"^(?:(?:on|about|regarding|it|that|this|those|these|they|because|since|too|so|but)\b|太|因为|这|那|不过|但)",
                             re.IGNORECASE)
+
+
+def only_takes_back(clause: str) -> bool:
+    """Whether a clause only takes back what was said ("scratch that", "算了"): kept, it carries the
+    change of mind."""
+    m = _TAKEN_BACK.match(clause)
+    return m is not None and not m.group("rest").strip()
 
 
 def names_what_holds(text: str) -> bool:
@@ -469,14 +414,6 @@ def names_what_holds(text: str) -> bool:
     return bool(terms(rest)) and not _ABOUT_THE_OLD.match(rest)
 
 
-# How often: a habit ("I usually study late", "我下班一般打车"), and one said to replace another
-# ("I'm up at 5 to study instead").
-_EN_HABIT = re.compile(r"\b(?:usually|always|normally|typically|mostly|every (?:day|night|morning|evening|week|weekend)|"
-                       r"most (?:days|nights|mornings|evenings)|tend to)\b", re.IGNORECASE)
-_ZH_HABIT = re.compile(r"一般|平时|通常|总是|经常|每天|每周|每晚|每次|习惯")
-# Said to be in place of something: "instead" (not "these days", which says only what holds now;
-# Chinese says it with "改" and "换", which take back what was said before on their own).
-_IN_ITS_PLACE = re.compile(r"\binstead\b", re.IGNORECASE)
 
 
 def is_habit(text: str) -> bool:
@@ -489,9 +426,6 @@ def replaces_habit(text: str) -> bool:
     return bool(_IN_ITS_PLACE.search(text))
 
 
-# Where the user is, or what of theirs is still where it was: "坐标长沙", "人在深圳", "生活的还在印象笔记里"
-# (a part of theirs named with 的; not "快递还在路上").
-_ZH_STILL_MINE = re.compile(r"^(?:坐标|人在)|^(?:[^，。]{1,4}的)?(?:还在|仍在)")
 
 
 def _zh_speaker_implied(text: str) -> bool:
@@ -586,7 +520,7 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
         who = subject(clause, zh)
         if who == "self" and other_seen and not zh and _EN_BEGAN.match(text):
             who = "none"  # "My wife got a new job, started last week": hers
-        if _PURE_RETRACTION.match(text) or who == "self" or (
+        if only_takes_back(text) or who == "self" or (
             who == "none" and (about_self or (zh and not other_seen and _zh_speaker_implied(text)))
         ):
             # "With twin boys in school, my mornings ...": a phrase that leads into the clause (not
@@ -617,6 +551,18 @@ def read_sentence(sentence: str, *, previous_self: bool = False) -> Reading | No
         return None
     flip = retracts(content, zh)
     return Reading(content=content, flip=flip, old=old_values(content, zh) if flip else ())
+
+
+def own_statements(said: Sequence[str]) -> str:
+    """What a turn's sentences say of the user: of each, what `read_sentence` keeps, or the whole
+    of an instruction ("Watched a talk where someone live-coded in VS Code" says nothing of them)."""
+    kept = []
+    for sentence in said:
+        if instruction(sentence):
+            kept.append(sentence)
+        elif (reading := read_sentence(sentence)) is not None:
+            kept.append(reading.content)
+    return " ".join(kept)
 
 
 def statement(sentence: str) -> str:

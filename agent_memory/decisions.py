@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from agent_memory.clauses import clauses, is_event, is_habit, names_relation, replaces_habit, subject
+from agent_memory.clauses import (
+    clauses,
+    is_event,
+    is_habit,
+    names_relation,
+    own_statements,
+    replaces_habit,
+    subject,
+)
 from agent_memory.ids import stable_id
 from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryRecord, NewMemory, Scope
@@ -43,12 +51,7 @@ class ExtractionResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view (a job's report)."""
-        return {
-            "mode": self.mode, "messages": self.messages, "candidates": self.candidates,
-            "created": list(self.created), "reinforced": list(self.reinforced),
-            "superseded": list(self.superseded), "unchanged": self.unchanged,
-            "below_confidence": self.below_confidence,
-        }
+        return asdict(self)
 
     def add(self, other: ExtractionResult) -> None:
         """Fold another result (another user or session) into this one."""
@@ -77,15 +80,24 @@ def _retractable(record: MemoryRecord) -> bool:
     5"); one that only mentions someone ("I study after the kids are asleep") is the user's."""
     zh = is_chinese(record.content)
     own = subject(record.content, zh) != "other" and not names_relation(record.content, zh)
-    return (record.memory_type != "episodic" or not is_event(record.content)) and own
+    said_by_user = _meta(record, "role") != "assistant"
+    return (record.memory_type != "episodic" or not is_event(record.content)) and own and said_by_user
 
 
-def _asserted_text(record: MemoryRecord) -> str:
-    """What a memory asserts now: its content without the old values it says it replaced."""
-    text = comparable(record.content)
+def _asserted_text(record: MemoryRecord, content: str | None = None) -> str:
+    """What a memory asserts now: its content (or the part of it given) without the old values it
+    says it replaced."""
+    text = comparable(record.content if content is None else content)
     for old in _meta(record, "replaces") or []:
         text = text.replace(comparable(str(old)), " ")
     return text
+
+
+def _held_text(record: MemoryRecord) -> str:
+    """What a memory says holds of the user now: of a turn of theirs stored raw, its statements of
+    their own (not "Watched a talk where someone live-coded in VS Code", a passing mention); any
+    other memory (what the rules or an LLM kept, one written directly) as it asserts itself."""
+    return _asserted_text(record, own_statements(said_sentences(record.content)) if _meta(record, "role") == "user" else None)
 
 
 def _states(old: str, asserted: str) -> bool:
@@ -137,7 +149,8 @@ def contradicts(candidate: ProposedMemory, other: MemoryRecord) -> bool:
         new_value = comparable(candidate.value) if candidate.value else None
         if new_value and new_value in asserted:
             return False
-        return any(_states(old, asserted) for old in candidate.replaces)
+        held = _held_text(other)
+        return any(_states(old, held) for old in candidate.replaces)
     return False
 
 
@@ -311,9 +324,11 @@ class Decider:
         earlier = [r for r in self._recent(record) if _retractable(r)]
         session = [r for r in earlier if r.session_id == record.session_id]
         if candidate.replaces:
-            # It names what it takes back: only a statement about that, in any wording.
+            # It names what it takes back: only the user's own statement about that, in any wording,
+            # the latest of this run's and the stored ones, then of those it was compared with.
             named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
-            return next((o for o in earlier if named & topic_words(_asserted_text(o))), None)
+            nearby = [p for p in pool if _retractable(p) and p.created_at <= record.created_at]
+            return next((o for o in [*earlier, *nearby] if named & topic_words(_held_text(o))), None)
         about = topic_words(_asserted_text(record))
         for other in session:
             if about & topic_words(_asserted_text(other)):

@@ -14,6 +14,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SAMPLE = EXAMPLES / "sample_history.jsonl"
 
 
+# How `make run` loads the sample: through offline extraction, as a posted conversation is.
+SAMPLE_MODE = "rules"
+
 # Questions of the sample that `make run` asks once the server is up (tests check that each finds
 # its evidence first): preferences, a pet and a family, in English and Chinese.
 DEMO_QUESTIONS = (
@@ -26,14 +29,16 @@ DEMO_QUESTIONS = (
 
 
 def load_sample(settings: Settings) -> None:
-    """Import the sample history into the configured store unless it holds memories already."""
+    """Extract the sample history into the configured store (offline rules) unless it holds memories already."""
     with open_service(settings, with_maintenance=True) as service:
         if service.stats()["memories"]["total"]:
             print(f"{settings.storage.uri} already holds memories; not loading the sample again")
             return
         print(f"loading {SAMPLE.name} into {settings.storage.uri} ...", flush=True)
         # Into org `default`: without API keys, that is the org every HTTP request belongs to.
-        report = import_into(service, SAMPLE, org_id="default", force_org=True)
+        # The memories are what the users said of themselves, not every turn ("Hello! How can I
+        # help?" is none).
+        report = import_into(service, SAMPLE, org_id="default", force_org=True, mode=SAMPLE_MODE)
         service.maintenance.optimize()
         print(f"  {report.messages_logged} messages, {report.memories_written} memories in {report.duration_s:.1f} s")
 

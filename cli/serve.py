@@ -32,7 +32,7 @@ EXIT_USAGE = 2
 @click.option("--host", default=None, help="Default: AGENT_MEMORY_HOST, else the Serve config's, else 127.0.0.1.")
 @click.option("--port", type=int, default=None, help="Default: AGENT_MEMORY_PORT, else the Serve config's, else 8000.")
 @click.option("--config", default=None, metavar="YAML", help="The Serve config (default: cluster/serve_config.yaml).")
-@click.option("--load-sample", is_flag=True, help="Load examples/sample_history.jsonl first if the store is empty.")
+@click.option("--load-sample", is_flag=True, help="Load examples/sample_history.jsonl first (offline extraction) if the store is empty.")
 @org_option(hidden=True)  # accepted, as by every command on the store; a request's org is its key's
 @address_option()
 @storage_option

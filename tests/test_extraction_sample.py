@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agent_memory.extraction import extract_and_store
 from agent_memory.models import OrgScope, Scope
 from agent_memory.service import MemoryService
 from cli.main import main
@@ -84,3 +85,27 @@ def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any, monkeypatch: 
                for mode in ("hybrid", "dense")}
     for exact, quick in english.values():
         assert exact["recall@10"] > 0.5 and abs(quick["recall@10"] - exact["recall@10"]) <= 0.1
+
+
+@pytest.mark.parametrize("loaded", ["rules", "raw"])
+def test_the_readme_change_of_mind_retires_the_users_editor(service: MemoryService, tmp_path: Path, loaded: str) -> None:
+    """The README's conversation on the shipped sample (its user u01, loaded as `make run` loads it,
+    or raw): "I switched from VS Code to Neovim" retires "I do all my coding in Zed." (the editor
+    the user held), not a talk they watched where someone else coded in VS Code."""
+    rows = [line for line in (ROOT / "examples" / "sample_history.jsonl").open(encoding="utf-8")
+            if json.loads(line)["user_id"] == "u01"]
+    (tmp_path / "u01.jsonl").write_text("".join(rows), encoding="utf-8")
+    import_into(service, tmp_path / "u01.jsonl", mode=loaded)
+    scope = Scope.user("acme", "u01")
+    records = service.message_records("acme", "u01", "s42", [
+        {"role": "user", "content": "I switched from VS Code to Neovim last month."},
+        {"role": "assistant", "content": "Noted."},
+    ])
+    service.log_messages("acme", records)
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    retired = [r.content for r in service.list(scope, status="superseded").records]
+    assert retired == ["I do all my coding in Zed."]
+    active = [r.content for r in service.list(scope, status="active", limit=500).records]
+    assert "I switched from VS Code to Neovim last month." in active
+    if loaded == "raw":
+        assert "Watched a conference talk where someone live-coded in VS Code, pretty impressive." in active

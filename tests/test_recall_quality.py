@@ -14,7 +14,7 @@ import pytest
 from agent_memory.extraction import extract_and_store
 from agent_memory.models import Scope, index_parts
 from agent_memory.service import MemoryService
-from cli.demo import DEMO_QUESTIONS
+from cli.demo import DEMO_QUESTIONS, SAMPLE_MODE
 from jobs.importer import import_into
 from jobs.reindex import reindex
 from storage.connect import maintenance_of
@@ -209,8 +209,29 @@ def _demo_service(make_service: Callable[..., MemoryService], tmp_path: Path) ->
             if json.loads(line)["user_id"] in users]
     (tmp_path / "sample.jsonl").write_text("".join(rows), encoding="utf-8")
     service = make_service()
-    import_into(service, tmp_path / "sample.jsonl")
+    import_into(service, tmp_path / "sample.jsonl", mode=SAMPLE_MODE)
     return service
+
+
+def _content_free() -> set[str]:
+    """The sample's turns that say nothing of the user: greetings, thanks, small talk, goodbyes,
+    and the assistant's replies to them (examples/sample_phrases.json)."""
+    phrases = json.loads((ROOT / "examples" / "sample_phrases.json").read_text(encoding="utf-8"))
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, str):
+            found.add(node)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for name in ("GREETINGS", "FRIDAY_GREETINGS", "GREETING_REPLIES", "CLOSERS", "SMALL_TALK", "DISTRACTOR_REPLIES", "ACKS"):
+        walk(phrases[name])
+    return found
 
 
 def _evidence(user: str, question: str) -> set[str]:
@@ -221,11 +242,19 @@ def _evidence(user: str, question: str) -> set[str]:
 
 
 def test_the_demo_questions_find_their_evidence_first(make_service: Callable[..., MemoryService], tmp_path: Path) -> None:
-    """The questions `make run` and the README ask, on the shipped sample (their users' rows)."""
+    """The questions `make run` and the README ask, on the shipped sample (their users' rows): each
+    finds its evidence first, and neither its top 3 nor the README's context for "Which editor
+    should I configure?" holds a turn that says nothing of the user ("Hello! How can I help?")."""
     service = _demo_service(make_service, tmp_path)
+    empty = _content_free()
     for user, question in DEMO_QUESTIONS:
         hits = service.recall("acme", {"user_id": user, "query": question, "top_k": 3}).memories
         assert hits and set(hits[0].source_ids) & _evidence(user, question), (question, [h.content for h in hits])
+        assert not [h.content for h in hits if h.content in empty or (h.metadata or {}).get("role") == "assistant"]
+    context = service.context("acme", {"user_id": "u01", "session_id": "s42", "query": "Which editor should I configure?",
+                                       "max_tokens": 800})
+    memories = [m["content"] for m in context["parts"]["memories"]]
+    assert memories and memories[0] == "I do all my coding in Zed." and not set(memories) & empty, memories
 
 
 def test_a_conversation_sent_a_few_turns_at_a_time_is_indexed_as_an_import_indexes_it(

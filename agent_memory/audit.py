@@ -22,7 +22,8 @@ def memory_event(
     """The event of one change to one memory (`event_id` for deterministic ones, so retries add nothing)."""
     return MemoryEvent(
         id=event_id or ordered_id(), org_id=record.org_id, user_id=record.user_id, memory_id=record.id,
-        action=action, actor=actor, created_at=at, before=before, after=after,
+        action=action, actor=actor, created_at=at, before=before, after=after, agent_id=record.agent_id,
+        visibility=record.visibility,
     )
 
 

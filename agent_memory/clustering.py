@@ -154,8 +154,9 @@ def cluster_memories(
     weighs lexical features (`corpus_idf` of all the user's memories; else these)."""
     partitions: dict[tuple[Any, ...], list[int]] = {}
     for i, r in enumerate(records):
-        # Merging across these would change what a typed, team or agent recall sees.
-        partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
+        # Merging across these would change what a typed, team or agent recall sees, or who may read
+        # a memory: a private memory never merges with a shared one or another agent's.
+        partitions.setdefault((r.memory_type, r.team_id, r.agent_id, r.visibility), []).append(i)
     clusters: list[Cluster] = []
     asking = _JudgedPairs(judge) if judge is not None else None
     for part_key, indices in enumerate(partitions.values()):

@@ -141,6 +141,13 @@ def contradicts(candidate: ProposedMemory, other: MemoryRecord) -> bool:
     return False
 
 
+def same_readers(a: MemoryRecord, b: MemoryRecord) -> bool:
+    """Whether two memories are read by the same agents: both shared, or both private to one agent.
+    Extraction decides only among such: a shared statement never reinforces or retires an agent's
+    private memory, and a private one never retires a memory other agents read."""
+    return a.visibility == b.visibility and (a.visibility == "shared" or a.agent_id == b.agent_id)
+
+
 def closeness(record: MemoryRecord, other: MemoryRecord, settings: Settings) -> float:
     """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
     if comparable(record.content) == comparable(other.content):
@@ -178,6 +185,7 @@ class Decider:
     def __init__(self, service: MemoryService, scope: Scope, actor: str) -> None:
         self.service = service
         self.settings = service.settings
+        # The conversation's agent reads what it may (`scope.viewer_agent`); without one, the shared memories.
         self.scope = scope
         self.actor = actor
         self.now = service.clock()
@@ -254,8 +262,14 @@ class Decider:
             vector = None
         if vector is not None:
             ids += [c.id for c in self.service.store.vector_search(self.scope, vector, self._filter(), k)]
-        found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))}
+        found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))
+                 if self.readable(r)}
         return [found[i] for i in dict.fromkeys(ids) if i in found][: 2 * k]
+
+    def readable(self, record: MemoryRecord) -> bool:
+        """Whether the conversation's agent reads the memory (without an agent: whether it is shared)."""
+        viewer = self.scope.viewer_agent
+        return record.visibility == "shared" or (viewer is not None and record.agent_id == viewer)
 
     def _neighbours(self, candidate: ProposedMemory, record: MemoryRecord) -> list[MemoryRecord]:
         """Active memories (stored, or made in this run) that this candidate may restate or contradict."""
@@ -276,7 +290,7 @@ class Decider:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.new and i not in self.changed]
         found = store.get_memories(self.scope, wanted, with_vectors=True) if wanted else []
         pool = [r for r in found if r.status == "active"] + list(self.changed.values()) + list(self.new.values())
-        return [r for r in pool if r.id not in self.retired and r.id != record.id]
+        return [r for r in pool if r.id not in self.retired and r.id != record.id and same_readers(r, record)]
 
     # -- deciding ----------------------------------------------------------------------------------
 
@@ -336,7 +350,8 @@ class Decider:
         page = self.service.store.list_memories(self.scope, limit=10, cursor=None, status="active").records
         stored = [r for r in page if r.id not in self.retired and r.id not in self.new and r.created_at <= record.created_at]
         stored = [self.changed.get(r.id, r) for r in stored]
-        return made + sorted(stored, key=lambda r: r.created_at, reverse=True)
+        recent = made + sorted(stored, key=lambda r: r.created_at, reverse=True)
+        return [r for r in recent if same_readers(r, record)]
 
     def _decide(self, candidate: ProposedMemory, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
         pool = self._neighbours(candidate, record)
@@ -381,13 +396,13 @@ class Decider:
         record = self._prepared(NewMemory(
             user_id=old.user_id, content=rest, memory_type=old.memory_type, agent_id=old.agent_id,
             session_id=old.session_id, importance=old.importance, confidence=old.confidence, created_at=old.created_at,
-            source_ids=list(old.source_ids), metadata=metadata,
+            source_ids=list(old.source_ids), metadata=metadata, visibility=old.visibility,
         ))
         if record.id in self.new or self.service.store.get_memories(self.scope, [record.id]):
             return
         self.service.embed_records([record])
         pool = [r for r in [*self.neighbours_of_text(rest, record), *self.changed.values(), *self.new.values()]
-                if r.status == "active" and r.id not in self.retired and r.id != old.id]
+                if r.status == "active" and r.id not in self.retired and r.id != old.id and same_readers(r, record)]
         closest = max(((closeness(record, r, self.settings), r) for r in pool), key=lambda c: c[0], default=None)
         if closest is not None and closest[0] >= 1.0:
             self._reinforce(closest[1], record)

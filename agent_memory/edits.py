@@ -11,7 +11,8 @@ from typing import Any
 
 from agent_memory.access import AccessRecorder
 from agent_memory.audit import memory_event
-from agent_memory.errors import InvalidInputError, NotFoundError
+from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
+from agent_memory.feedback import Feedback, vote_change, voted
 from agent_memory.ids import memory_id
 from agent_memory.merge import KEPT_APART, apart_ids
 from agent_memory.models import (
@@ -27,6 +28,7 @@ from agent_memory.models import (
 from agent_memory.rows import RowBuilder
 from agent_memory.settings import Settings
 from agent_memory.store import MemoryStore, Page
+from agent_memory.timeline import query_time
 
 
 class Edits:
@@ -68,13 +70,15 @@ class Edits:
             raise NotFoundError(f"memory {memory_id_} not found")
         return found[0]
 
-    def list(self, scope: Scope, *, limit: int = 50, cursor: str | None = None, status: str | None = "active") -> Page:
-        """The scope's memories, newest first."""
+    def list(self, scope: Scope, *, limit: int = 50, cursor: str | None = None, status: str | None = "active",
+             as_of: datetime | None = None) -> Page:
+        """The scope's memories, newest first; with `as_of`, those it held then (any status now)."""
         if not 1 <= limit <= 1000:
             raise InvalidInputError("limit must be between 1 and 1000")
         if status not in (None, "active", "superseded", "expired"):
             raise InvalidInputError("status must be active, superseded, expired or all")
-        page = self.store.list_memories(scope, limit=limit, cursor=cursor, status=status)
+        page = self.store.list_memories(scope, limit=limit, cursor=cursor, status=status,
+                                        as_of=query_time("as_of", as_of))
         self.with_pending_access(scope, page.records)
         return page
 
@@ -114,6 +118,25 @@ class Edits:
         self.store.append_events(scope, [self._event(updated, "updated", actor, before=before, after=after)])
         updated.vector = None
         return self.with_pending_access(scope, [updated])[0]
+
+    def feedback(self, scope: Scope, memory_id_: str, vote: Feedback | dict[str, Any], *, actor: str) -> MemoryRecord:
+        """A vote on one memory (agent_memory.feedback), with a `feedback` event; `outdated` on a
+        memory that is not active is 409 `not_active` (nothing to expire)."""
+        ballot: Feedback = parse_input(Feedback, vote)
+        current = self.stored(scope, memory_id_)
+        if ballot.signal == "outdated" and current.status != "active":
+            raise ConflictError(f"memory {memory_id_} is {current.status}: only an active memory can be outdated",
+                                code="not_active")
+        now = self.clock()
+        changed = voted(current, ballot.signal, now, self.settings.feedback)
+        if not self.store.replace_memories(scope, [changed]):
+            raise NotFoundError(f"memory {memory_id_} not found")
+        if changed.status != "active":
+            self.access.discard(scope.org_id, [changed.id])
+        note = self.rows.redactor.redact_text(ballot.note) if ballot.note else None
+        before, after = vote_change(current, changed, ballot, note, now, self.settings.feedback)
+        self.store.append_events(scope, [self._event(changed, "feedback", actor, before=before, after=after)])
+        return self.with_pending_access(scope, [changed])[0]
 
     def delete(self, scope: Scope, memory_id_: str, *, actor: str) -> None:
         """Delete one memory and record that it was deleted (the event keeps no content)."""

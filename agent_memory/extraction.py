@@ -97,7 +97,10 @@ def extract_and_store(
             result.add(_store_raw(service, org_id, ordered, actor))
         else:
             assert extractor is not None
-            result.add(_extract_user(service, Scope.user(org_id, user_id), actor, extractor, ordered, mode))
+            # The conversation's agent reads (and its statements change) what it may read, no more.
+            agents = {m.agent_id for m in ordered}
+            viewer = agents.pop() if len(agents) == 1 else None
+            result.add(_extract_user(service, Scope.user(org_id, user_id, viewer), actor, extractor, ordered, mode))
     return result
 
 

@@ -356,7 +356,7 @@ def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settin
     out: list[dict[str, Any]] = []
     partitions: dict[tuple[Any, ...], list[int]] = {}
     for i, r in enumerate(records):
-        partitions.setdefault((r.memory_type, r.team_id, r.agent_id), []).append(i)
+        partitions.setdefault((r.memory_type, r.team_id, r.agent_id, r.visibility), []).append(i)
     for indices in partitions.values():
         part = [records[i] for i in indices]
         part_vectors = vectors[indices]

@@ -51,7 +51,8 @@ def apart_ids(record: MemoryRecord) -> list[str]:
 
 
 def restored(record: MemoryRecord, now: datetime) -> MemoryRecord:
-    """A superseded record made active again, kept apart from the memory that had replaced it."""
+    """A superseded or expired record made active again, kept apart from the memory that had
+    replaced it; an expiry already past is cleared (it would leave recall again at once)."""
     back = record.model_copy(deep=True)
     apart = apart_ids(record)
     if record.superseded_by and record.superseded_by not in apart:
@@ -61,6 +62,8 @@ def restored(record: MemoryRecord, now: datetime) -> MemoryRecord:
     back.superseded_by = None
     back.valid_to = None
     back.updated_at = now
+    if back.expires_at is not None and back.expires_at <= now:
+        back.expires_at = None
     return back
 
 

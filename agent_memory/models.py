@@ -15,6 +15,10 @@ from agent_memory.errors import InvalidInputError
 MemoryType = Literal["episodic", "semantic", "procedural"]
 MEMORY_TYPES: tuple[str, ...] = ("episodic", "semantic", "procedural")
 MemoryStatus = Literal["active", "superseded", "expired"]
+# Who reads a memory: every agent of its user, or only its own agent (and org-level callers).
+Visibility = Literal["shared", "private"]
+VISIBILITIES: tuple[str, ...] = ("shared", "private")
+FeedbackSignal = Literal["useful", "wrong", "outdated"]
 Role = Literal["user", "assistant", "system", "tool"]
 RecallMode = Literal["hybrid", "dense", "keyword"]
 MAX_ID_CHARS = 256
@@ -64,6 +68,8 @@ class Scope:
     team_id: str | None = None
     agent_id: str | None = None
     session_id: str | None = None
+    # The agent the caller acts as: it reads shared memories and its own private ones (None: all).
+    viewer_agent: str | None = None
 
     def __post_init__(self) -> None:
         check_identifier("org_id", self.org_id)
@@ -71,13 +77,14 @@ class Scope:
         check_identifier("team_id", self.team_id, required=False)
         check_identifier("agent_id", self.agent_id, required=False)
         check_identifier("session_id", self.session_id, required=False)
+        check_identifier("viewer_agent", self.viewer_agent, required=False)
         if self.user_id is None and self.team_id is None:
             raise InvalidInputError("a scope needs a user_id or a team_id")
 
     @classmethod
-    def user(cls, org_id: str, user_id: str) -> Scope:
-        """The scope of one user in one org."""
-        return cls(org_id=org_id, user_id=user_id)
+    def user(cls, org_id: str, user_id: str, viewer_agent: str | None = None) -> Scope:
+        """The scope of one user in one org (as seen by `viewer_agent`, where the caller is an agent)."""
+        return cls(org_id=org_id, user_id=user_id, viewer_agent=viewer_agent)
 
     @property
     def org(self) -> OrgScope:
@@ -195,6 +202,10 @@ class MemoryFields(_Input):
     metadata: Metadata = Field(default_factory=dict, description="Your key/value pairs (strings, numbers, booleans): recall filters on them.")
     created_at: UtcDatetime | None = Field(None, description="When it happened, if not now (ISO 8601; a time without zone is UTC).")
     expires_at: UtcDatetime | None = Field(None, description="When it stops being recalled (ISO 8601).")
+    visibility: Visibility | None = Field(
+        None, description="`shared` with every agent of the user, or `private` to its agent (`agent_id`, or the API "
+                          "key's agent). Default: the org's (`default_visibility`, `shared`) for a memory of an "
+                          "agent; `shared` for one without.")
 
 
 class NewMemory(MemoryFields):
@@ -280,6 +291,10 @@ class MemoryRecord(BaseModel):
     expires_at: datetime | None = None
     source_ids: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    visibility: Visibility = "shared"
+    # Feedback's offset of `importance` at the last vote, decaying toward 0 since (agent_memory.feedback).
+    feedback_offset: float = 0.0
+    feedback_at: datetime | None = None
     # Derived columns: keyword terms for BM25, share of the text the embedding model cannot read,
     # and the hash of the write that created the row (idempotency).
     keywords: str = ""
@@ -307,13 +322,16 @@ class MemoryEvent(BaseModel):
     user_id: str
     memory_id: str | None
     action: Literal[
-        "created", "updated", "reinforced", "superseded", "merged", "restored", "expired", "deleted", "erased",
-        "purged",
+        "created", "updated", "reinforced", "superseded", "merged", "restored", "expired", "deleted", "feedback",
+        "erased", "purged",
     ]
     actor: str
     created_at: datetime
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
+    # The memory's agent and visibility: an agent reads the events of the memories it may read.
+    agent_id: str | None = None
+    visibility: Visibility = "shared"
 
 
 class Message(_Input):
@@ -363,6 +381,9 @@ class SearchQuery(_Input):
                     "noise floor (AGENT_MEMORY_RECALL_MIN_SCORE, 0.1 by default); 0 keeps every hit.",
     )
     mode: RecallMode = Field("hybrid", description="`hybrid` (vectors and keywords fused, the default), `dense` or `keyword`.")
+    as_of: UtcDatetime | None = Field(
+        None, description="Recall as memory stood at this moment: the memories created by then that were active "
+                          "then (superseded or expired later counts as active), ranked as of then.")
 
 
 class ContextQuery(_Input):

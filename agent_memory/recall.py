@@ -13,6 +13,7 @@ from agent_memory import scoring
 from agent_memory.access import AccessRecorder
 from agent_memory.embedding import Embedder
 from agent_memory.errors import InvalidInputError, UnavailableError
+from agent_memory.feedback import effective_importance
 from agent_memory.models import (
     MemoryRecord,
     RecallHit,
@@ -42,27 +43,31 @@ class Recaller:
         self.weights = scoring.Weights.from_settings(settings)
 
     def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
-               visible_teams: Collection[str] | None = None) -> RecallResult:
+               visible_teams: Collection[str] | None = None, viewer_agent: str | None = None) -> RecallResult:
         """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k.
 
         `query` is validated here unless it is a SearchQuery already. `visible_teams`: a caller
         kept to these teams finds only their memories and those of no team (the store filters).
+        `viewer_agent`: a caller acting as this agent finds the shared memories and its private ones.
+        With `as_of`, memory as it stood then, ranked as of then (recency, expiry, votes).
         """
         check_identifier("org_id", org_id)
         q: SearchQuery = parse_input(SearchQuery, query)
         if q.scope == "team":
             if q.team_id is None:
                 raise InvalidInputError("scope 'team' needs a team_id")
-            scope = Scope(org_id=org_id, team_id=q.team_id, agent_id=q.agent_id, session_id=q.session_id)
+            scope = Scope(org_id=org_id, team_id=q.team_id, agent_id=q.agent_id, session_id=q.session_id,
+                          viewer_agent=viewer_agent)
         else:
-            scope = Scope(org_id=org_id, user_id=q.user_id, team_id=q.team_id, agent_id=q.agent_id, session_id=q.session_id)
+            scope = Scope(org_id=org_id, user_id=q.user_id, team_id=q.team_id, agent_id=q.agent_id,
+                          session_id=q.session_id, viewer_agent=viewer_agent)
         if q.since and q.until and q.since > q.until:
             raise InvalidInputError("since must not be after until")
-        now = self.clock()
+        now = q.as_of or self.clock()
         recall_filter = RecallFilter(
             memory_types=tuple(q.memory_types) if q.memory_types else None, metadata=dict(q.filters or {}),
             since=q.since, until=q.until, now=now,
-            visible_teams=None if visible_teams is None else frozenset(visible_teams),
+            visible_teams=None if visible_teams is None else frozenset(visible_teams), as_of=q.as_of,
         )
         pool = max(self.settings.recall.candidates, q.top_k)
         keywords = keyword_text(q.query)
@@ -88,9 +93,10 @@ class Recaller:
         ranked = self.rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, floor)
         records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
         kept = [(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records]
-        # Each hit counts for its memory's access, by the memory's user (a team's hits span users).
+        # Each hit counts for its memory's access, by the memory's user (a team's hits span users); a
+        # look at the past (`as_of`) is no use of a memory.
         by_user: dict[str, list[str]] = {}
-        for record, _, _ in kept:
+        for record, _, _ in kept if q.as_of is None else []:
             by_user.setdefault(record.user_id, []).append(record.id)
         for user_id, ids in by_user.items():
             self.access.record(org_id, user_id, ids)
@@ -109,7 +115,9 @@ class Recaller:
             else np.zeros(len(pool.ids)),
             keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, self.settings.recall.keyword_scale),
             recency=scoring.recency(pool.created_at, as_utc(now).timestamp(), self.settings.recall.recency_half_life_days),
-            importance=pool.importance,
+            importance=pool.importance if pool.feedback_offset is None or pool.feedback_at is None
+            else effective_importance(pool.importance, pool.feedback_offset, pool.feedback_at,
+                                      as_utc(now).timestamp(), self.settings.feedback.half_life_days),
         )
         readable = scoring.readable_share(query_oov, pool.oov, self.settings.recall.oov_full_share)
         scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()

@@ -55,6 +55,7 @@ class RowBuilder:
         """Validate, redact and key one memory (without its vector)."""
         check_identifier("org_id", org_id)
         self.check_limits(item)
+        visibility = self.visibility_of(org_id, item)
         now = self.clock()
         content = self.redactor.redact_text(item.content)
         context = self.redactor.redact_text(item.context) if item.context else None
@@ -66,6 +67,9 @@ class RowBuilder:
             "created_at": item.created_at.isoformat() if item.created_at else None,
             "expires_at": item.expires_at.isoformat() if item.expires_at else None, "id": item.id,
         }
+        if visibility == "private":
+            # Only where it is private: shared writes keep the hashes they always had (retries match).
+            origin["visibility"] = visibility
         key_id = memory_id(
             org_id,
             item.user_id,
@@ -84,8 +88,17 @@ class RowBuilder:
             keywords=keywords, memory_type=item.memory_type, importance=item.importance,
             confidence=item.confidence, status="active", valid_from=created, created_at=created,
             updated_at=now, access_count=0, expires_at=item.expires_at, source_ids=list(item.source_ids),
-            metadata=metadata, origin_hash=fingerprint(origin),
+            metadata=metadata, origin_hash=fingerprint(origin), visibility=visibility,
         )
+
+    def visibility_of(self, org_id: str, item: NewMemory) -> str:
+        """Who reads the memory: as it says, else the org's default where it has an agent, else shared.
+        A private memory is its agent's: InvalidInputError without one."""
+        if item.visibility is not None:
+            if item.visibility == "private" and item.agent_id is None:
+                raise InvalidInputError("visibility: a private memory needs its agent_id (the agent it is private to)")
+            return item.visibility
+        return self.settings.auth.visibility_of(org_id) if item.agent_id is not None else "shared"
 
     def index(self, content: str, context: str | None, speaker: str | None = None) -> tuple[str, str]:
         """The text search sees (context, then "speaker: content") and its keyword terms."""

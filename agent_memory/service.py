@@ -20,6 +20,7 @@ from agent_memory.edits import Edits
 from agent_memory.embedding import Embedder
 from agent_memory.erasure import Erasures
 from agent_memory.errors import ConflictError, InvalidInputError, UnavailableError
+from agent_memory.feedback import Feedback
 from agent_memory.models import (
     ContextQuery,
     MemoryEvent,
@@ -42,6 +43,7 @@ from agent_memory.recall import Recaller
 from agent_memory.rows import RowBuilder, group_sessions, person_name
 from agent_memory.settings import Settings
 from agent_memory.store import MemoryStore, Page, StoreMaintenance
+from agent_memory.timeline import decode_cursor, encode_cursor, page_of, query_time, timeline_events
 from agent_memory.writes import OnConflict, WriteResult, Writes
 
 __all__ = ["MemoryService", "WriteResult", "OnConflict", "group_sessions", "person_name"]
@@ -185,13 +187,19 @@ class MemoryService:
         id may be the stored id or the client id it was written with."""
         return self.edits.get(scope, memory_id_, with_vector=with_vector)
 
-    def list(self, scope: Scope, *, limit: int = 50, cursor: str | None = None, status: str | None = "active") -> Page:
-        """The scope's memories, newest first."""
-        return self.edits.list(scope, limit=limit, cursor=cursor, status=status)
+    def list(self, scope: Scope, *, limit: int = 50, cursor: str | None = None, status: str | None = "active",
+             as_of: datetime | None = None) -> Page:
+        """The scope's memories, newest first (with `as_of`: those it held then)."""
+        return self.edits.list(scope, limit=limit, cursor=cursor, status=status, as_of=as_of)
 
     def update(self, scope: Scope, memory_id_: str, patch: MemoryPatch | dict[str, Any], *, actor: str = "api") -> MemoryRecord:
         """Change a memory in place (content re-embedded) and record the change."""
         return self.edits.update(scope, memory_id_, patch, actor=actor)
+
+    def feedback(self, scope: Scope, memory_id_: str, vote: Feedback | dict[str, Any], *, actor: str = "api") -> MemoryRecord:
+        """A vote on a memory: `useful` and `wrong` move its importance (fading back), `outdated`
+        expires it; with a `feedback` event (agent_memory.feedback)."""
+        return self.edits.feedback(scope, memory_id_, vote, actor=actor)
 
     def delete(self, scope: Scope, memory_id_: str, *, actor: str = "api") -> None:
         """Delete one memory and record that it was deleted (the event keeps no content)."""
@@ -200,6 +208,20 @@ class MemoryService:
     def history(self, scope: Scope, memory_id_: str) -> list[MemoryEvent]:
         """The audit events of a memory, oldest first; works after deletion too."""
         return self.edits.history(scope, memory_id_)
+
+    def timeline(self, scope: Scope, *, since: datetime | None = None, until: datetime | None = None,
+                 limit: int = 500, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the user's timeline, oldest first: every change of their memories (that the
+        scope's viewer may read) with the text and status after it (agent_memory.timeline), and the
+        cursor of the next page."""
+        events = self.store.user_events(scope)
+        stated = {e.memory_id for e in events if e.action == "created" or (e.action == "merged" and e.after
+                                                                         and "content" in e.after)}
+        unstated = sorted({e.memory_id for e in events if e.memory_id is not None} - stated)
+        stored = {r.id: r for chunk in range(0, len(unstated), 1000)
+                  for r in self.store.get_memories(scope, unstated[chunk:chunk + 1000])}
+        return page_of(timeline_events(events, stored), since=query_time("since", since),
+                       until=query_time("until", until), limit=limit, cursor=cursor)
 
     def erase_user(self, org_id: str, user_id: str, *, actor: str = "api", purge: bool = True) -> dict[str, Any]:
         """Erase a user, unrecoverably: open the erasure's job (its report is the receipt), delete
@@ -264,16 +286,17 @@ class MemoryService:
     # -- recall --------------------------------------------------------------------------------
 
     def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
-               visible_teams: Collection[str] | None = None) -> RecallResult:
+               visible_teams: Collection[str] | None = None, viewer_agent: str | None = None) -> RecallResult:
         """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k.
-        `visible_teams`: a caller kept to these teams finds their memories and those of no team."""
-        return self.recaller.recall(org_id, query, visible_teams=visible_teams)
+        `visible_teams`: a caller kept to these teams finds their memories and those of no team;
+        `viewer_agent`: a caller acting as this agent finds the shared memories and its private ones."""
+        return self.recaller.recall(org_id, query, visible_teams=visible_teams, viewer_agent=viewer_agent)
 
     def context(self, org_id: str, query: ContextQuery | dict[str, Any], *,
-                visible_teams: Collection[str] | None = None) -> dict[str, Any]:
+                visible_teams: Collection[str] | None = None, viewer_agent: str | None = None) -> dict[str, Any]:
         """The block an agent puts in its prompt: recalled memories, a summary of the session's older
-        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible_teams` as
-        for `recall`."""
+        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible_teams` and
+        `viewer_agent` as for `recall`."""
         request: ContextQuery = parse_input(ContextQuery, query)
         builder = self.context_builder
         builder.budget(request)  # a budget over the limit is refused before any work
@@ -285,7 +308,7 @@ class MemoryService:
         if top_k:
             recalled = self.recall(org_id, SearchQuery(
                 user_id=request.user_id, query=request.query, top_k=top_k, memory_types=request.memory_types
-            ), visible_teams=visible_teams)
+            ), visible_teams=visible_teams, viewer_agent=viewer_agent)
         return builder.build(org_id, request, turns, recalled.memories, degraded=recalled.degraded)
 
     @cached_property
@@ -333,6 +356,27 @@ class MemoryService:
         ordered = sorted(session.values(), key=lambda m: (m.created_at, m.message_id))
         wanted = {m.message_id for m in messages}
         return [memory for memory in self.rows.raw_memories(ordered) if memory.source_ids[0] in wanted]
+
+    def users(self, org_id: str, *, limit: int = 50, cursor: str | None = None,
+              prefix: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the org's users by id (those whose id starts with `prefix`), each with its
+        memories counted by status and (active ones) by type, and its last activity; the next cursor."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        if prefix:
+            check_identifier("prefix", prefix)
+        after = None if cursor is None else decode_cursor(cursor)[1]
+        users, last = self.store.user_page(OrgScope(org_id), limit=limit, after=after, prefix=prefix or None)
+        return users, None if last is None else encode_cursor("user", last)
+
+    def jobs(self, org_id: str, *, kind: str | None = None, state: str | None = None, limit: int = 50,
+             cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the org's jobs, newest first, of one kind and in one state where given."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInputError("limit must be between 1 and 1000")
+        check_identifier("kind", kind, required=False)
+        check_identifier("state", state, required=False)
+        return self.store.list_jobs(OrgScope(org_id), kind=kind, state=state, limit=limit, cursor=cursor)
 
     def stats(self, org_id: str | None = None) -> dict[str, Any]:
         """What the store holds: of one org, or of every org (through the maintenance interface)."""

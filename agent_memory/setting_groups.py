@@ -171,6 +171,16 @@ class AuthSettings(Group):
         0, ge=0, description="Requests a minute per API key across all ingress replicas (0: off); a key's own "
                              "`rate_limit_per_minute` in the keys file wins.")
     redaction_enabled: bool = Field(True, description="Redact PII (emails, phones, cards, ids, keys) before storing.")
+    default_visibility: Literal["shared", "private"] = Field(
+        "shared", description="Who reads a memory of an agent written without `visibility`: every agent of the user "
+                              "(`shared`) or only that agent (`private`); org-level keys read both.")
+    default_visibility_by_org: dict[str, Literal["shared", "private"]] = Field(
+        default_factory=dict, description="The same for single orgs as JSON, `{\"acme\": \"private\"}`, in place of "
+                                          "the one above.")
+
+    def visibility_of(self, org_id: str) -> Literal["shared", "private"]:
+        """The org's default visibility of an agent's memories."""
+        return self.default_visibility_by_org.get(org_id, self.default_visibility)
 
 
 class LimitSettings(Group):
@@ -331,6 +341,20 @@ class ConsolidationSettings(Group):
         if not (hour.isdigit() and minute.isdigit() and 0 <= int(hour) < 24 and 0 <= int(minute) < 60):
             raise ValueError("consolidation_daily_at must be a UTC time HH:MM, e.g. 03:00")
         return f"{int(hour):02d}:{int(minute):02d}"
+
+
+class FeedbackSettings(Group):
+    """Feedback on memories: how far a vote moves a memory's importance, and how fast that fades."""
+
+    step: float = env("feedback_step", 0.3, gt=0, le=1, description="How far one `useful` or `wrong` vote moves the "
+                                                                    "memory's importance, up or down.")
+    max_offset: float = env("feedback_max_offset", 0.5, ge=0, le=1,
+                            description="The most that votes together move it from its own importance.")
+    half_life_days: float = env("feedback_half_life_days", 30.0, gt=0,
+                                description="What votes moved halves in this time, back toward the memory's own importance.")
+    rate_limit_per_minute: int = env("feedback_rate_limit_per_minute", 60, ge=0,
+                                     description="Votes a minute per API key, across the ingress replicas (0: no limit "
+                                                 "of their own).")
 
 
 class ImportSettings(Group):

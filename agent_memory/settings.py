@@ -23,6 +23,7 @@ from agent_memory.setting_groups import (
     ContextSettings,
     EmbeddingSettings,
     ExtractionSettings,
+    FeedbackSettings,
     Group,
     ImportSettings,
     LimitSettings,
@@ -35,7 +36,7 @@ from agent_memory.setting_groups import (
 
 __all__ = [
     "BUNDLED_MODEL", "FLAT", "GROUPS", "PREFIX", "Settings", "job_report_dir", "AuthSettings", "ConsolidationSettings",
-    "ContextSettings", "EmbeddingSettings", "ExtractionSettings", "ImportSettings", "LimitSettings", "LLMSettings",
+    "ContextSettings", "EmbeddingSettings", "ExtractionSettings", "FeedbackSettings", "ImportSettings", "LimitSettings", "LLMSettings",
     "RecallSettings", "ServingSettings", "StorageSettings", "WriterSettings",
 ]
 
@@ -43,7 +44,7 @@ GROUPS: dict[str, type[Group]] = {
     "storage": StorageSettings, "embedding": EmbeddingSettings, "llm": LLMSettings,
     "extraction": ExtractionSettings, "auth": AuthSettings, "limits": LimitSettings, "serving": ServingSettings,
     "writer": WriterSettings, "recall": RecallSettings, "consolidation": ConsolidationSettings,
-    "imports": ImportSettings, "context": ContextSettings,
+    "imports": ImportSettings, "context": ContextSettings, "feedback": FeedbackSettings,
 }
 # flat name -> (group, field)
 FLAT: dict[str, tuple[str, str]] = {flat: (group, field) for group, cls in GROUPS.items()
@@ -67,6 +68,7 @@ class Settings(BaseModel):
     consolidation: ConsolidationSettings
     imports: ImportSettings
     context: ContextSettings
+    feedback: FeedbackSettings
 
     @model_validator(mode="before")
     @classmethod

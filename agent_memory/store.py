@@ -30,6 +30,9 @@ class RecallFilter:
     # A caller kept to some teams finds the memories of those teams and of no team, never another
     # team's (None: every team of the scope).
     visible_teams: frozenset[str] | None = None
+    # Memory as it stood at this moment: created by then and active then (retired since counts as
+    # active); `status` is not used then.
+    as_of: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Candidate:
     created_at: datetime
     importance: float
     oov: float
+    feedback_offset: float = 0.0
+    feedback_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,8 @@ class Pool:
     `cosine` is NaN where the vector retriever did not return the memory, `bm25` NaN where the
     keyword retriever did not; `created_at` is in seconds since the epoch. `idf_mass` is the sum
     of the query terms' idf over the searched rows (the BM25 of a document that holds each query
-    term once at average length), None where the retriever cannot say. Fusion scores the
+    term once at average length), None where the retriever cannot say. `feedback_offset` and
+    `feedback_at` (seconds; NaN: no vote) are what feedback left of each importance. Fusion scores the
     whole pool with array arithmetic and builds hits (records, score parts) for the kept top-k
     only. `ranked` gives one retriever's list back (tests compare the two search paths with it);
     within equal scores it keeps the pool's order.
@@ -67,6 +73,8 @@ class Pool:
     importance: np.ndarray
     oov: np.ndarray
     idf_mass: float | None = None
+    feedback_offset: np.ndarray | None = None
+    feedback_at: np.ndarray | None = None
 
     @classmethod
     def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate], idf_mass: float | None = None) -> Pool:
@@ -83,6 +91,8 @@ class Pool:
             np.array([found[i].importance for i in ids], dtype=np.float64),
             np.array([found[i].oov for i in ids], dtype=np.float64),
             idf_mass,
+            np.array([found[i].feedback_offset for i in ids], dtype=np.float64),
+            np.array([_seconds(found[i].feedback_at) for i in ids], dtype=np.float64),
         )
 
     def ranked(self, retriever: str) -> list[Candidate]:
@@ -95,6 +105,10 @@ class Pool:
                       float(self.importance[i]), float(self.oov[i]))
             for i in order
         ]
+
+
+def _seconds(at: datetime | None) -> float:
+    return at.timestamp() if at is not None else float("nan")
 
 
 @dataclass(frozen=True)
@@ -156,8 +170,10 @@ class MemoryStore(Protocol):
         metadata) and whose it is (org, user)."""
         ...
 
-    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:
-        """The scope's memories, newest first, paginated by an opaque cursor."""
+    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None,
+                      as_of: datetime | None = None) -> Page:
+        """The scope's memories, newest first, paginated by an opaque cursor; with `as_of`, those
+        created by then that were active then (`status` is not used then)."""
         ...
 
     def replace_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
@@ -247,6 +263,17 @@ class MemoryStore(Protocol):
 
     def get_job(self, scope: OrgScope, job_id: str) -> dict[str, Any] | None:
         """One job of the org, or None."""
+        ...
+
+    def list_jobs(self, scope: OrgScope, *, kind: str | None, state: str | None, limit: int,
+                  cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's jobs, newest first (of one kind, in one state, where given), and the next cursor."""
+        ...
+
+    def user_page(self, scope: OrgScope, *, limit: int, after: str | None,
+                  prefix: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's users after `after` by id (ids starting with `prefix`), each with its memories
+        counted by status and by type, and its last activity; and the id the next page starts after."""
         ...
 
     def erase_user(self, scope: Scope) -> dict[str, int]:

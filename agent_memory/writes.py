@@ -186,9 +186,11 @@ class Writes:
             before = None
             if canonical.id in stored:
                 before = {"source_ids": list(canonical.source_ids), "importance": canonical.importance,
-                          "access_count": canonical.access_count}
+                          "access_count": canonical.access_count, "content": canonical.content}
+            # The text it holds from now on (a summary may have replaced it): the timeline replays it.
             after = {"source_ids": merged.source_ids, "importance": merged.importance,
-                     "access_count": merged.access_count, "absorbed": [o.id for o in others]}
+                     "access_count": merged.access_count, "absorbed": [o.id for o in others],
+                     "content": merged.content, "memory_type": merged.memory_type}
             events.append(self._event(merged, action, actor, before=before, after=after))
             events += [
                 self._event(o, "superseded", actor, before={"status": "active"},
@@ -214,23 +216,24 @@ class Writes:
         )])
 
     def restore(self, scope: Scope, record: MemoryRecord, *, actor: str) -> MemoryRecord:
-        """Make a superseded memory active again (undo a wrong merge or supersede), with an event.
+        """Make a superseded or expired memory active again (undo a wrong merge or supersede, an
+        `outdated` vote or an expiry), with an event.
 
         The memory that replaced it stays as it is; the two are kept apart from then on, so that
-        consolidation does not merge them again.
+        consolidation does not merge them again. An expiry date already past is cleared.
         """
-        if record.status != "superseded":
-            raise ConflictError(f"memory {record.id} is {record.status}: only a superseded memory can be restored",
-                                code="not_superseded")
+        if record.status not in ("superseded", "expired"):
+            raise ConflictError(f"memory {record.id} is {record.status}: only a superseded or expired memory can be "
+                                "restored", code="not_superseded")
         back = restored(record, self.clock())
         if not self.store.replace_memories(scope, [back]):
             raise NotFoundError(f"memory {record.id} not found")
         before = {"status": record.status, "superseded_by": record.superseded_by,
                   "valid_to": record.valid_to.isoformat() if record.valid_to else None}
-        self.store.append_events(scope, [self._event(
-            back, "restored", actor, before=before,
-            after={"status": "active", "valid_to": None, "kept_apart_from": apart_ids(back)},
-        )])
+        after: dict[str, Any] = {"status": "active", "valid_to": None, "kept_apart_from": apart_ids(back)}
+        if back.expires_at != record.expires_at:
+            before["expires_at"], after["expires_at"] = record.expires_at.isoformat() if record.expires_at else None, None
+        self.store.append_events(scope, [self._event(back, "restored", actor, before=before, after=after)])
         return back
 
     def _event(self, record: MemoryRecord, action: str, actor: str, **change: Any) -> MemoryEvent:

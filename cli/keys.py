@@ -45,17 +45,20 @@ def keys() -> None:
 @click.option("--team", multiple=True, metavar="TEAM",
               help="Keep the key's team searches and team-tagged writes to this team (repeatable); default: any "
                    "team of the org.")
+@click.option("--agent", default=None, metavar="AGENT",
+              help="The agent the key is: what it writes is that agent's (shared, or private to it), and it reads the "
+                   "shared memories and its own private ones; default: an org-level key, which reads all.")
 @click.option("--rate-limit", type=int, default=None, metavar="PER_MINUTE",
               help="This key's requests a minute across the cluster, in place of AGENT_MEMORY_RATE_LIMIT_PER_MINUTE "
                    "(0: none).")
 @_keys_options
-def create(org: str, role: str, name: str | None, team: tuple[str, ...], rate_limit: int | None,
+def create(org: str, role: str, name: str | None, team: tuple[str, ...], agent: str | None, rate_limit: int | None,
            keys_file: str | None, as_json: bool) -> int:
     """Issue a random key for an org and role: the key is printed once, only its hash is stored."""
     from serve_app.auth import ID_CHARS
 
     file = _keys_file(keys_file)
-    issued = file.issue(org_id=org, role=role, name=name, teams=team, rate_limit=rate_limit)
+    issued = file.issue(org_id=org, role=role, name=name, teams=team, rate_limit=rate_limit, agent_id=agent)
     entry = issued.entry
     if as_json:
         print_json({"key": issued.secret, "id": entry["key_sha256"][:ID_CHARS], "keys_file": str(file.path),
@@ -63,6 +66,7 @@ def create(org: str, role: str, name: str | None, team: tuple[str, ...], rate_li
         return 0
     print(issued.secret)
     teams = f", teams {', '.join(entry['teams'])}" if entry.get("teams") else ""
+    teams += f", agent {entry['agent_id']!r}" if entry.get("agent_id") else ""
     print(f"key {entry['name']!r} ({entry['key_sha256'][:ID_CHARS]}) for org {entry['org_id']!r}, role {entry['role']}"
           f"{teams}, added to {file.path}. It is shown only now: store it safely. A running server takes it within "
           "a second or two.", file=sys.stderr)
@@ -81,9 +85,10 @@ def list_keys(keys_file: str | None, as_json: bool) -> int:
     if not listing:
         print(f"no keys in {file.path}")
         return 0
-    rows = [("ID", "NAME", "ORG", "ROLE", "TEAMS", "RATE/MIN", "CREATED")] + [
+    rows = [("ID", "NAME", "ORG", "ROLE", "TEAMS", "AGENT", "RATE/MIN", "CREATED")] + [
         (k["id"], str(k["name"] or ""), str(k["org_id"]), k["role"], ",".join(k["teams"]) if k["teams"] is not None else "*",
-         "" if k["rate_limit_per_minute"] is None else str(k["rate_limit_per_minute"]), k["created_at"] or "")
+         k.get("agent_id") or "*", "" if k["rate_limit_per_minute"] is None else str(k["rate_limit_per_minute"]),
+         k["created_at"] or "")
         for k in listing
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -121,14 +121,18 @@ def run_consolidation(
     address: str | None = None,
     owner: str | None = None,
     show_progress: bool = False,
+    recorded: bool | None = None,
 ) -> dict[str, Any]:
     """Consolidate every user (of one org, or one user) and return the run's JSON report.
 
     `now` is the run's clock for expiry, decay and retention (tests set it). `use_ray` None picks
     Ray Data above `IN_PROCESS_MAX_USERS` users and runs in-process below. A dry run plans only:
-    it takes no lease and writes nothing. Raises ConflictError while another run holds the lease.
-    `show_progress`: a progress bar of the users done on standard error.
+    it takes no lease and changes no memory. Raises ConflictError while another run holds the lease.
+    `show_progress`: a progress bar of the users done on standard error. `recorded`: whether the run
+    has a job row (default: unless a dry run); a recorded dry run's row holds its plan (`clusters`,
+    `plan_report`), readable before a real run.
     """
+    recorded = not dry_run if recorded is None else recorded
     started = time.perf_counter()
     now = now or utcnow()
     check_identifier("org_id", org_id, required=False)
@@ -150,8 +154,9 @@ def run_consolidation(
     report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
     shapes_before = maintenance.stats()["tables"]
     job = JobRecord(id=job_id(owner), org_id=report_org(org_id), user_id=user_id, kind="consolidation",
-                    state="running", created_at=now, updated_at=utcnow(), report={"users": len(owners)})
-    if not dry_run:
+                    state="running", created_at=now, updated_at=utcnow(),
+                    report={"users": len(owners), "dry_run": dry_run})
+    if recorded:
         store.put_job(OrgScope(job.org_id), job.as_row())
     try:
         if not dry_run:
@@ -185,7 +190,7 @@ def run_consolidation(
         else:
             report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
     except Exception as exc:
-        if not dry_run:
+        if recorded:
             failed = replace(job, state="failed", updated_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
             store.put_job(OrgScope(job.org_id), failed.as_row())
         raise
@@ -196,10 +201,10 @@ def run_consolidation(
     report["fragments"] = {"before": memories["before"]["fragments"], "after": memories.get("after", {}).get("fragments")}
     report["versions"] = {"before": memories["before"]["versions"], "after": memories.get("after", {}).get("versions")}
     report["duration_s"] = round(time.perf_counter() - started, 3)
-    if not dry_run:
+    if recorded:
         # Users that failed are retried by the next run; the job says which.
         done = replace(job, state="failed" if report["errors"] else "succeeded", progress=1.0, updated_at=utcnow(),
-                       report=_job_summary(report))
+                       report=plan_report(report) if dry_run else _job_summary(report))
         store.put_job(OrgScope(job.org_id), done.as_row())
     return report
 
@@ -268,6 +273,49 @@ def _totals(users: list[dict], dry_run: bool) -> dict[str, Any]:
     if judged:
         totals["judged"] = {k: sum(j[k] for j in judged) for k in ("asked", "remembered", "unasked", "confirmed", "refused")}
     return totals
+
+
+# Clusters a dry run's job row shows (the rest are counted): a row is read whole by every look at it.
+PLAN_CLUSTERS_SHOWN = 500
+
+
+def plan_report(report: dict[str, Any], shown: int = PLAN_CLUSTERS_SHOWN) -> dict[str, Any]:
+    """A dry run's job report: what a run would do, counted, and the merges it would make
+    (`clusters`: the canonical memory, the members, and why they were linked), so that they can
+    be read before a real run (which plans again: memories changed since may change its plan)."""
+    pairs: dict[tuple[str, str], dict[str, Any]] = {}
+    for pair in report.get("pair_detail", []):
+        pairs[(pair["a"]["id"], pair["b"]["id"])] = pairs[(pair["b"]["id"], pair["a"]["id"])] = pair
+    clusters = []
+    for cluster in report.get("cluster_detail", [])[:shown]:
+        members = [cluster["canonical"], *cluster["merged"]]
+        links = []
+        for k, a in enumerate(members):
+            for b in members[k + 1:]:
+                pair = pairs.get((a["id"], b["id"]))
+                if pair is not None:
+                    links.append({"a": a["id"], "b": b["id"], "reason": link_reason(pair),
+                                  "cosine": pair["cosine"], "lexical": pair["lexical"]})
+        clusters.append({
+            "user_id": cluster["user_id"], "canonical": cluster["canonical"], "members": members,
+            "min_similarity": cluster["min_similarity"], "links": links,
+            "why": f"each of the {len(links)} pairs of these {len(members)} memories says the same fact "
+                   f"(lowest similarity {cluster['min_similarity']}); the canonical one is the most important, "
+                   "recent and specific",
+        })
+    keep = ("users", "clusters_found", "memories_merged", "expired", "decayed", "purged", "duration_s", "errors")
+    return {"dry_run": True, **{k: report[k] for k in keep if k in report}, "clusters": clusters,
+            "clusters_shown": len(clusters), "clusters_left_out": max(0, len(report.get("cluster_detail", [])) - shown)}
+
+
+def link_reason(pair: dict[str, Any]) -> str:
+    """Why linking took two memories for one fact, in words."""
+    if pair.get("exact"):
+        return "the same text"
+    if pair.get("model_reads"):
+        wording = {"same": "the same words", "reworded": "one word swapped", "rephrased": "other wording"}
+        return f"close in meaning (cosine {pair['cosine']}), {wording.get(pair.get('wording') or '', 'other words')}"
+    return f"the same words where the model cannot read the text (lexical {pair['lexical']})"
 
 
 def _job_summary(report: dict[str, Any]) -> dict[str, Any]:

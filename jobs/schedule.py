@@ -84,27 +84,30 @@ class SubmittedRun:
 
 def submit_consolidation(
     settings: Settings, *, org_id: str | None = None, user_id: str | None = None, dry_run: bool = False,
-    store: MemoryStore | None = None,
+    store: MemoryStore | None = None, recorded: bool = False,
 ) -> SubmittedRun:
     """Start a consolidation run as a task on the Ray cluster this process is connected to.
 
     The task drives the Ray Data job; the run's report is the value of `result`, or
     `{"skipped": ..., "code": "consolidation_running"}` when another run holds the lease. Unless
-    a dry run, the run's job row is written `queued` before the task starts (in `store`, or the
-    store the settings point at), so the run's own states always come after it.
+    a dry run that is not `recorded`, the run's job row is written `queued` before the task starts
+    (in `store`, or the store the settings point at), so the run's own states always come after it;
+    a recorded dry run's row ends holding its plan.
     """
     import ray
 
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     if user_id is not None and org_id is None:
         org_id = "default"  # as the run itself reads it
-    if not dry_run:
+    if not dry_run or recorded:
         store = store or open_store(settings, embedding_model=None, embedding_dim=None)
         queued = JobRecord.new(job_id(run_id), report_org(org_id), "consolidation", user_id=user_id,
-                               report={"run_id": run_id})
+                               report={"run_id": run_id, "dry_run": dry_run})
         store.put_job(OrgScope(queued.org_id), queued.as_row())
     remote = ray.remote(num_cpus=0.25, max_retries=0)(_run_and_report)
-    ref = remote.remote(settings, {"org_id": org_id, "user_id": user_id, "dry_run": dry_run, "owner": run_id})
+    options = {"org_id": org_id, "user_id": user_id, "dry_run": dry_run, "owner": run_id,
+               "recorded": not dry_run or recorded}
+    ref = remote.remote(settings, options)
     return SubmittedRun(run_id, ref)
 
 
@@ -122,7 +125,7 @@ def _run_and_report(settings: Settings, options: dict[str, Any]) -> dict[str, An
 def _fail_unstarted(settings: Settings, options: dict[str, Any], error: str) -> None:
     """End the job row of a run that stopped before it started (another run holds the lease, the
     store could not be read) as `failed`; a row the run already moved on is left as it is."""
-    if options.get("dry_run"):
+    if not options.get("recorded", not options.get("dry_run")):
         return
     try:
         _end_queued_row(settings, options, error)

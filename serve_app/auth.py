@@ -3,7 +3,7 @@ With no keys file configured every request belongs to the org `default` (and the
 loopback only); a keys file configured but not there yet accepts no key.
 
 The keys file is JSON, `{"keys": [{"key_sha256" (or "key"), "org_id", "role", "name", "teams"?,
-"rate_limit_per_minute"?, "created_at"?}]}`. `KeyRing` is what a replica serves from: it re-reads
+"agent_id"?, "rate_limit_per_minute"?, "created_at"?}]}`. `KeyRing` is what a replica serves from: it re-reads
 the file when it changes, so keys are issued and revoked without a restart. `KeysFile` is what
 `agent-memory keys` edits it through: keys are issued as random secrets of which only the hash is
 stored, and every change replaces the file whole (temp file + rename), so a reader never sees half
@@ -58,6 +58,9 @@ class Principal:
     reads those and the user's memories of no team, never another team's. Work that reaches every
     team of a user or org (conversation extraction, erasure, imports, consolidation) needs a key
     that names no teams.
+
+    A key of an agent (`agent_id`) writes as that agent and reads the user's shared memories and
+    its own private ones; work that reaches every agent's memories needs an org-level key.
     """
 
     org_id: str
@@ -65,6 +68,7 @@ class Principal:
     key_id: str
     teams: frozenset[str] | None = None
     rate_limit: int | None = None
+    agent_id: str | None = None
 
     def require(self, role: str) -> None:
         """Raise PermissionDeniedError unless the caller's role covers `role`."""
@@ -95,6 +99,19 @@ class Principal:
                 f"this key is kept to teams ({self._allowed()}); {what} reaches the memories of every team: "
                 "use a key without teams", code="team_forbidden",
             )
+
+    def require_every_agent(self, what: str) -> None:
+        """`agent_forbidden` for an agent's key: `what` reaches every agent's private memories."""
+        if self.agent_id is not None:
+            raise PermissionDeniedError(f"this key is agent {self.agent_id!r}'s; {what} reaches every agent's private "
+                                        "memories: use an org-level key (one without --agent)", code="agent_forbidden")
+
+    def writes_as(self, agent_id: str | None) -> str | None:
+        """The agent what this key writes is written as: its own (`agent_forbidden` for another), else the one named."""
+        if self.agent_id is None or agent_id in (None, self.agent_id):
+            return self.agent_id or agent_id
+        raise PermissionDeniedError(f"this key writes as agent {self.agent_id!r}, not {agent_id!r}",
+                                    code="agent_forbidden")
 
     def _allowed(self) -> str:
         return ", ".join(repr(t) for t in sorted(self.teams or ())) or "none"
@@ -137,9 +154,12 @@ def _principal_of(i: int, entry: dict[str, Any], digest: str) -> Principal:
     rate = entry.get("rate_limit_per_minute")
     if rate is not None and not (isinstance(rate, int) and not isinstance(rate, bool) and rate >= 0):
         raise InvalidInputError(f"api keys entry {i}: rate_limit_per_minute must be a whole number >= 0")
+    agent = entry.get("agent_id")
+    if agent is not None and not (isinstance(agent, str) and agent.strip() and len(agent) <= 256 and "\x00" not in agent):
+        raise InvalidInputError(f"api keys entry {i}: agent_id must be an agent id")
     name = entry.get("name") or digest[:8]
-    return Principal(org_id=org_id, role=role, key_id=str(name),
-                     teams=None if teams is None else frozenset(teams), rate_limit=rate)
+    return Principal(org_id=org_id, role=role, key_id=str(name), teams=None if teams is None else frozenset(teams),
+                     rate_limit=rate, agent_id=agent)
 
 
 def parse_keys(text: str, source: str) -> list[dict[str, Any]]:
@@ -279,7 +299,7 @@ def _listed(i: int, entry: dict[str, Any]) -> dict[str, Any]:
     """An entry as `keys list` shows it: an id from its hash, never the key nor the whole hash."""
     return {
         "id": _entry_digest(i, entry)[:ID_CHARS], "name": entry.get("name"), "org_id": entry.get("org_id"),
-        "role": entry.get("role", "writer"), "teams": entry.get("teams"),
+        "role": entry.get("role", "writer"), "teams": entry.get("teams"), "agent_id": entry.get("agent_id"),
         "rate_limit_per_minute": entry.get("rate_limit_per_minute"), "created_at": entry.get("created_at"),
     }
 
@@ -324,7 +344,7 @@ class KeysFile:
         return [_listed(i, entry) for i, entry in enumerate(self.entries())]
 
     def issue(self, *, org_id: str, role: str, name: str | None = None, teams: Sequence[str] = (),
-              rate_limit: int | None = None) -> IssuedKey:
+              rate_limit: int | None = None, agent_id: str | None = None) -> IssuedKey:
         """Make a new random key for `org_id` and store its hash; the key itself is returned only."""
         check_identifier("org_id", org_id)
         if role not in ROLES:
@@ -340,6 +360,8 @@ class KeysFile:
         entry: dict[str, Any] = {"key_sha256": digest, "org_id": org_id, "role": role, "name": name}
         if teams:
             entry["teams"] = sorted(set(teams))
+        if agent_id is not None:
+            entry["agent_id"] = check_identifier("agent", agent_id)
         if rate_limit is not None:
             entry["rate_limit_per_minute"] = rate_limit
         entry["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

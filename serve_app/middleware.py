@@ -39,15 +39,15 @@ START_WAIT_S = 120.0
 def prepare_state(settings: Settings) -> asyncio.Task[None] | None:
     """What the middleware and `principal` read in `STATE`: settings, keys, rate limiter, metrics.
 
-    Where a request may be rate limited (a server-wide limit, or keys that may carry their own),
-    returns the task that keeps the limiter's replica count current; the replica holds it.
+    Where a request may be rate limited (a server-wide limit, keys that may carry their own, or
+    the limit on feedback votes), returns the task that keeps the limiter's replica count current; the replica holds it.
     """
     path = settings.auth.api_keys_file
     STATE.settings = settings
     STATE.keys = KeyRing(path) if path is not None else None
     STATE.limiter = RateLimiter()
     STATE.requests = metrics.requests()
-    if path is None and not settings.auth.rate_limit_per_minute:
+    if path is None and not settings.auth.rate_limit_per_minute and not settings.feedback.rate_limit_per_minute:
         return None
     return asyncio.get_running_loop().create_task(follow_replicas(STATE.limiter))
 
@@ -205,14 +205,20 @@ async def principal(
     keys: KeyRing | None = state.keys
     caller = ANONYMOUS if keys is None else keys.current().authenticate(request.headers.get("authorization"))
     limit = state.settings.auth.rate_limit_per_minute if caller.rate_limit is None else caller.rate_limit
-    if limit:
-        wait = state.limiter.take(caller.key_id, limit)
-        if wait:
-            seconds = retry_after(wait)
-            raise RateLimitedError(
-                f"more than {limit} requests a minute for this key; retry in {seconds} s", retry_after=seconds
-            )
+    limit_rate(caller, "requests", limit)
     return caller
+
+
+def limit_rate(caller: Principal, what: str, per_minute: int) -> None:
+    """Take one of the key's `what` a minute (its own bucket in every ingress replica's limiter);
+    RateLimitedError (429, with when to retry) over the limit. 0: no limit."""
+    if not per_minute:
+        return
+    wait = STATE.limiter.take(caller.key_id if what == "requests" else f"{caller.key_id}\x00{what}", per_minute)
+    if wait:
+        seconds = retry_after(wait)
+        raise RateLimitedError(f"more than {per_minute} {what} a minute for this key; retry in {seconds} s",
+                               retry_after=seconds)
 
 
 Caller = Annotated[Principal, Depends(principal)]

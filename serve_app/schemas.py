@@ -11,6 +11,7 @@ from typing import Any, Literal
 from agent_memory_http.models import ErrorBody
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_memory.feedback import Feedback
 from agent_memory.models import (
     ContextQuery,
     Identifier,
@@ -116,6 +117,23 @@ class ConsolidateIn(_Body):
     """A consolidation run for the caller's org, or one user of it."""
 
     user_id: Identifier | None = Field(None, description="Only this user; default: every user of the org.")
+    dry_run: bool = Field(False, description="Plan only: change nothing, and keep in the job's report the merges a "
+                                             "run would make (`clusters`), to read before a real run.")
+
+
+class FeedbackIn(Feedback):
+    """A vote on a memory (the core's Feedback, with examples for /docs)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"signal": "useful"},
+                {"signal": "wrong", "note": "The user asked about tea, not coffee"},
+                {"signal": "outdated", "note": "用户已经搬到上海了"},
+            ]
+        },
+    )
 
 
 class ContextIn(ContextQuery):

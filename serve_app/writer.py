@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_memory.errors import NotFoundError, UnavailableError
+from agent_memory.feedback import shown
 from agent_memory.models import MemoryRecord, Message, NewMemory, OrgScope, utcnow
 from agent_memory.service import WriteResult
 from agent_memory.settings import Settings
@@ -245,8 +246,8 @@ class WriterDeployment:
         self._quota.local.settle(org_id, held, created)
 
     async def run(self, org_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run a service change (update, delete, restore, erase_user) in its turn."""
-        if method not in ("update", "delete", "restore"):
+        """Run a service change (update, delete, restore, feedback) in its turn."""
+        if method not in ("update", "delete", "restore", "feedback"):
             raise NotFoundError(f"no such operation {method}")
         fn = getattr(self._service, method)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -255,7 +256,7 @@ class WriterDeployment:
             future.add_done_callback(lambda done: self._quota.settle(org_id, held, held if _succeeded(done) else 0))
         result = await self._submit(_Operation("call", org_id, future, call=lambda: fn(*args, **kwargs)))
         if isinstance(result, MemoryRecord):
-            return result.public()
+            return shown(result, utcnow(), self._settings.feedback)
         return result
 
     async def erase_user(self, org_id: str, user_id: str, actor: str) -> dict[str, Any]:

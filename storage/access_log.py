@@ -52,8 +52,9 @@ class AccessLog:
         return len(rows)
 
     def pending(self, scope: Scope, ids: Sequence[str] | None = None) -> dict[str, tuple[int, datetime]]:
-        """Hits logged since the last fold, per memory of the scope (of `ids` only, when given)."""
-        where = scoped(scope)
+        """Hits logged since the last fold, per memory of the scope's user or team (of `ids` only,
+        when given: the memories the caller read, which its viewer may read)."""
+        where = scoped(scope, owner_only=True)
         if ids is not None:
             if not ids:
                 return {}

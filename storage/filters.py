@@ -121,6 +121,16 @@ class Where:
         self._parts.append(f"{self._col(name)} < {literal(value)}")
         return self
 
+    def gt(self, name: str, value: Any) -> Where:
+        """`name > value`."""
+        self._parts.append(f"{self._col(name)} > {literal(value)}")
+        return self
+
+    def visible_to(self, agent_id: str) -> Where:
+        """What an agent may read: the shared rows, and its own (its private ones among them)."""
+        self._parts.append(f"{self._col('visibility')} = 'shared' OR {self._col('agent_id')} = {literal(agent_id)}")
+        return self
+
     def null_or_gt(self, name: str, value: Any) -> Where:
         """`name IS NULL OR name > value`: an optional deadline not yet passed."""
         self._parts.append(f"({self._col(name)} IS NULL OR {self._col(name)} > {literal(value)})")
@@ -133,7 +143,8 @@ class Where:
         return self
 
     def scope(self, scope: Scope | OrgScope, *, owner_only: bool = False) -> Where:
-        """The tenant scope: org always, then user or team, then agent and session where given.
+        """The tenant scope: org always, then user or team, then agent and session where given, and
+        what the scope's viewer (an agent) may read.
 
         `owner_only` stops at the user or team, for tables without agent and session columns.
         """
@@ -150,6 +161,8 @@ class Where:
             self.eq("agent_id", scope.agent_id)
         if scope.session_id is not None:
             self.eq("session_id", scope.session_id)
+        if scope.viewer_agent is not None:
+            self.visible_to(scope.viewer_agent)
         return self
 
     def render(self) -> str:

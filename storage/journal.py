@@ -12,9 +12,16 @@ import pyarrow as pa
 from agent_memory.errors import InvalidInputError
 from agent_memory.models import MemoryEvent, MessageRecord, OrgScope, Scope, WriteScope
 from storage import schema as sc
-from storage.filters import scoped
-from storage.memory_rows import check_within
+from storage.filters import Where, scoped
+from storage.memory_rows import check_within, decode_cursor, encode_cursor
 from storage.tables import Tables, retrying
+
+
+def events_where(scope: Scope) -> Where:
+    """The events of the scope's user that its viewer may read (an agent: those of the memories it
+    may read, and the erasure's, which are shared)."""
+    where = scoped(scope, owner_only=True)
+    return where.visible_to(scope.viewer_agent) if scope.viewer_agent is not None else where
 
 
 class Journal:
@@ -38,8 +45,8 @@ class Journal:
             retrying(lambda: self.tables.table(sc.EVENTS).add(data), "append events")
 
     def memory_events(self, scope: Scope, memory_id: str) -> list[MemoryEvent]:
-        """Audit events of one memory of the scope's user, oldest first."""
-        where = scoped(scope, owner_only=True).eq("memory_id", memory_id)
+        """Audit events of one memory of the scope's user (that its viewer may read), oldest first."""
+        where = events_where(scope).eq("memory_id", memory_id)
         events = [sc.event_record(r) for r in self.tables.rows(sc.EVENTS, where)]
         # Event ids other than creation are time-ordered, so equal timestamps keep their order.
         events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
@@ -47,7 +54,7 @@ class Journal:
 
     def user_events(self, scope: Scope) -> list[MemoryEvent]:
         """Every audit event of the scope's user, oldest first (as `memory_events` orders them)."""
-        events = [sc.event_record(r) for r in self.tables.rows(sc.EVENTS, scoped(scope, owner_only=True))]
+        events = [sc.event_record(r) for r in self.tables.rows(sc.EVENTS, events_where(scope))]
         events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
         return events
 
@@ -104,6 +111,28 @@ class Journal:
         """One job of the org."""
         rows = self.tables.rows(sc.JOBS, scoped(scope).eq("id", job_id))
         return sc.job_dict(rows[0]) if rows else None
+
+    def list_jobs(self, scope: OrgScope, *, kind: str | None, state: str | None, limit: int,
+                  cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's jobs, newest first (of one kind, in one state, where given), and the cursor of
+        the next page: the keys of every matching row are read and ordered, then the page's rows."""
+        where = scoped(scope)
+        if kind is not None:
+            where.eq("kind", kind)
+        if state is not None:
+            where.eq("state", state)
+        keys = self.tables.rows(sc.JOBS, where, ["id", "created_at"])
+        keys.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+        if cursor is not None:
+            after = decode_cursor(cursor)
+            keys = [k for k in keys if (k["created_at"].isoformat(), k["id"]) < after]
+        page = keys[:limit]
+        if not page:
+            return [], None
+        found = {r["id"]: sc.job_dict(r) for r in self.tables.rows(sc.JOBS, scoped(scope).isin("id", [k["id"] for k in page]))}
+        jobs = [found[k["id"]] for k in page if k["id"] in found]
+        last = page[-1]
+        return jobs, (encode_cursor(last["created_at"].isoformat(), last["id"]) if len(keys) > limit else None)
 
     def verdicts(self, scope: Scope, ids: Sequence[str]) -> dict[str, bool]:
         """The remembered verdicts among these pair ids of one user: id -> same fact or not."""

@@ -20,6 +20,7 @@ from agent_memory.settings import Settings
 from agent_memory.store import Candidate, Page, RecallFilter, Retrieved
 from storage import schema as sc
 from storage.access_log import AccessLog
+from storage.directory import user_page
 from storage.filters import scoped
 from storage.journal import Journal
 from storage.maintenance import store_stats
@@ -86,9 +87,10 @@ class LanceStore:
         """The records among `ids` inside the scope."""
         return self.memories.get(scope, ids, with_vectors=with_vectors)
 
-    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:
-        """Newest first; the cursor is the (created_at, id) of the last row returned."""
-        return self.memories.page(scope, limit=limit, cursor=cursor, status=status)
+    def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None,
+                      as_of: datetime | None = None) -> Page:
+        """Newest first; the cursor is the (created_at, id) of the last row returned (see MemoryRows.page)."""
+        return self.memories.page(scope, limit=limit, cursor=cursor, status=status, as_of=as_of)
 
     def replace_memories(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
         """Overwrite rows that still exist in the scope; a row deleted meanwhile stays deleted."""
@@ -185,6 +187,16 @@ class LanceStore:
     def get_job(self, scope: OrgScope, job_id: str) -> dict[str, Any] | None:
         """One job of the org, or None."""
         return self.journal.get_job(scope, job_id)
+
+    def list_jobs(self, scope: OrgScope, *, kind: str | None, state: str | None, limit: int,
+                  cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's jobs, newest first, one page (see Journal.list_jobs)."""
+        return self.journal.list_jobs(scope, kind=kind, state=state, limit=limit, cursor=cursor)
+
+    def user_page(self, scope: OrgScope, *, limit: int, after: str | None,
+                  prefix: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        """The org's users after `after`, by id, with their counts (see storage.directory.user_page)."""
+        return user_page(self.connection, scope, limit=limit, after=after, prefix=prefix)
 
     def verdicts(self, scope: Scope, ids: Sequence[str]) -> dict[str, bool]:
         """Consolidation's remembered judge verdicts among these pair ids of one user."""

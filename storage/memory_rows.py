@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ from agent_memory.errors import InvalidInputError
 from agent_memory.models import MemoryRecord, Scope, WriteScope
 from agent_memory.store import Page
 from storage import schema as sc
-from storage.filters import scoped
+from storage.filters import Where, scoped
 from storage.recall_scan import RecallScan
 from storage.tables import Tables, retrying
 
@@ -81,10 +82,16 @@ class MemoryRows:
         rows = self.tables.rows(sc.MEMORIES, scoped(scope).isin("id", ids), columns)
         return [sc.memory_record(r) for r in rows]
 
-    def page(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:
-        """Newest first; the cursor is the (created_at, id) of the last row returned."""
+    def page(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None,
+             as_of: datetime | None = None) -> Page:
+        """Newest first; the cursor is the (created_at, id) of the last row returned. With `as_of`:
+        the memories created by then that were active then (`status` is not used)."""
         where = scoped(scope)
-        if status is not None:
+        if as_of is not None:
+            where.le("created_at", as_of).any_of(
+                Where().eq("status", "active"), Where().ne("status", "active").gt("valid_to", as_of))
+            where.null_or_gt("expires_at", as_of)
+        elif status is not None:
             where.eq("status", status)
         keys = self.tables.rows(sc.MEMORIES, where, ["id", "created_at"])
         keys.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)

@@ -27,7 +27,7 @@ from storage.tables import Tables
 
 # What fusion needs from each retriever; reading few columns of scattered rows is what keeps
 # a search cheap (each extra column is another random read per row).
-CANDIDATE_COLUMNS = ["id", "created_at", "importance", "oov"]
+CANDIDATE_COLUMNS = ["id", "created_at", "importance", "oov", "feedback_offset", "feedback_at"]
 # What a hit shows, and whose it is (recall counts each user's hits for their access counts).
 DISPLAY_COLUMNS = ["id", "org_id", "user_id", "content", "memory_type", "created_at", "source_ids", "metadata"]
 # A per-user scan reads what fusion needs and what a hit shows: once the user's rows are found,
@@ -51,8 +51,14 @@ class RecallScan:
         self._version = -1
 
     def recall_where(self, scope: Scope, recall_filter: RecallFilter, *, expiry: bool = True) -> Where:
-        """The recall prefilter: the scope, the status, and the filter's types, times, metadata and teams."""
-        where = scoped(scope).eq("status", recall_filter.status)
+        """The recall prefilter: the scope, the status (or what was active at `as_of`), and the
+        filter's types, times, metadata and teams."""
+        where = scoped(scope)
+        if recall_filter.as_of is None:
+            where.eq("status", recall_filter.status)
+        else:
+            where.le("created_at", recall_filter.as_of).any_of(
+                Where().eq("status", "active"), Where().ne("status", "active").gt("valid_to", recall_filter.as_of))
         if recall_filter.memory_types:
             where.isin("memory_type", recall_filter.memory_types)
         if recall_filter.since is not None:
@@ -212,14 +218,21 @@ def scanned_pool(
         best = best_rows(scores, keyword_limit, np.flatnonzero(scores > 0))
         bm25[best] = scores[best]
     rows = np.flatnonzero(~np.isnan(cosine) | ~np.isnan(bm25))
-    created = pc.cast(pc.cast(result.column("created_at").take(rows), sc.TIMESTAMP), pa.int64()).to_numpy()
     return Pool(
         ids=result.column("id").take(rows).to_pylist(), cosine=cosine[rows], bm25=bm25[rows],
-        created_at=created / 1e6,  # microseconds (sc.TIMESTAMP) to seconds
+        created_at=seconds(result.column("created_at").take(rows)),
         importance=result.column("importance").take(rows).to_numpy().astype(np.float64),
         oov=result.column("oov").take(rows).to_numpy().astype(np.float64),
         idf_mass=idf_mass,
+        feedback_offset=result.column("feedback_offset").take(rows).to_numpy().astype(np.float64),
+        feedback_at=seconds(result.column("feedback_at").take(rows)),
     )
+
+
+def seconds(times: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Timestamps as seconds since the epoch (NaN for none)."""
+    micros = pc.cast(pc.cast(times, sc.TIMESTAMP), pa.int64()).to_numpy(zero_copy_only=False)
+    return np.asarray(micros, dtype=np.float64) / 1e6  # microseconds (sc.TIMESTAMP) to seconds
 
 
 def best_rows(scores: np.ndarray, limit: int, among: np.ndarray) -> np.ndarray:
@@ -232,8 +245,9 @@ def best_rows(scores: np.ndarray, limit: int, among: np.ndarray) -> np.ndarray:
 def candidates(result: pa.Table, score: Callable[[float], float], column: str) -> list[Candidate]:
     cols = {name: result.column(name).to_pylist() for name in (*CANDIDATE_COLUMNS, column)}
     return [
-        Candidate(memory_id, score(float(raw)), created, float(importance), float(oov))
-        for memory_id, created, importance, oov, raw in zip(
-            cols["id"], cols["created_at"], cols["importance"], cols["oov"], cols[column], strict=True
+        Candidate(memory_id, score(float(raw)), created, float(importance), float(oov), float(offset), at)
+        for memory_id, created, importance, oov, offset, at, raw in zip(
+            cols["id"], cols["created_at"], cols["importance"], cols["oov"], cols["feedback_offset"],
+            cols["feedback_at"], cols[column], strict=True,
         )
     ]

@@ -37,6 +37,26 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 PRIMARY_KEY = {b"lance-schema:unenforced-primary-key": b"true"}
 
 
+# Columns added after the first layout, last in the schema: a store made before gets each on open,
+# every row with the value here (an SQL expression), which is what a row written then meant
+# (`storage.tables.add_missing_columns`).
+ADDED_MEMORY_FIELDS = (
+    pa.field("visibility", pa.string(), nullable=False),
+    pa.field("feedback_offset", pa.float32(), nullable=False),
+    pa.field("feedback_at", TIMESTAMP),
+)
+ADDED_EVENT_FIELDS = (
+    pa.field("agent_id", pa.string()),
+    pa.field("visibility", pa.string(), nullable=False),
+)
+COLUMN_DEFAULTS = {
+    "visibility": "'shared'",
+    "feedback_offset": "CAST(0.0 AS FLOAT)",
+    "feedback_at": """arrow_cast(NULL, 'Timestamp(Microsecond, Some("UTC"))')""",
+    "agent_id": "CAST(NULL AS string)",
+}
+
+
 def memories_schema(dim: int, model: str) -> pa.Schema:
     """The `memories` table; the embedding model and dimension are recorded in its metadata."""
     return pa.schema(
@@ -68,6 +88,7 @@ def memories_schema(dim: int, model: str) -> pa.Schema:
             pa.field("oov", pa.float32(), nullable=False),
             pa.field("origin_hash", pa.string(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim)),
+            *ADDED_MEMORY_FIELDS,
         ],
         metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode(), INDEX_FORMAT_KEY: str(INDEX_FORMAT).encode()},
     )
@@ -100,6 +121,7 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("created_at", TIMESTAMP, nullable=False),
         pa.field("before", pa.string()),
         pa.field("after", pa.string()),
+        *ADDED_EVENT_FIELDS,
     ]
 )
 

@@ -93,6 +93,27 @@ def declare_primary_key(table: Any) -> Any:
     return table
 
 
+def add_missing_columns(table: Any, declared: pa.Schema) -> Any:
+    """The table, with the columns of `declared` that a store made before them lacks, each filled
+    with its default (`schema.COLUMN_DEFAULTS`): one commit per table, once.
+
+    Several processes may open an old store at once: a commit that loses the race finds the
+    columns there when it looks again. A store that cannot be written (read-only credentials) is
+    left as it is, with a warning: reads that filter on the new columns then fail.
+    """
+    for _ in range(RETRIES):
+        missing = {f.name: sc.COLUMN_DEFAULTS[f.name] for f in declared if f.name not in table.schema.names}
+        if not missing:
+            return table
+        try:
+            table.add_columns(missing)
+            log.info("added the columns %s to %s", ", ".join(missing), table.name)
+        except Exception as exc:  # noqa: BLE001 - another process added them first, or the store is read-only
+            log.warning("could not add the columns %s to %s: %s", ", ".join(missing), table.name, exc)
+            time.sleep(0.05)
+    return table
+
+
 # Inserts of this many rows or more read the table's ids whole (Tables.insert_absent).
 EXACT_INSERT_ROWS = 64
 
@@ -131,7 +152,7 @@ class Tables:
 
     def _open_or_create(self, name: str, table_schema: pa.Schema) -> Any:
         try:
-            return declare_primary_key(self.db.open_table(name))
+            return add_missing_columns(declare_primary_key(self.db.open_table(name)), table_schema)
         except (FileNotFoundError, ValueError):
             table = self.db.create_table(name, schema=table_schema, exist_ok=True, data_storage_version=FILE_FORMAT)
             self.create_indexes(table, name)
@@ -153,6 +174,7 @@ class Tables:
         stored_model = meta.get(sc.MODEL_KEY, b"").decode()
         stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
         check_model(self.uri, (stored_model, stored_dim), model, dim)
+        add_missing_columns(table, sc.memories_schema(stored_dim or 1, stored_model))
         self._tables[sc.MEMORIES] = table
         return stored_model, stored_dim
 

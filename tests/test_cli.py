@@ -108,9 +108,14 @@ def test_keys_create_list_and_revoke(tmp_path: Path) -> None:
     plain = _run("keys", "create", "--org-id", "acme", "--role", "reader", "--keys-file", str(keys_file))
     assert plain.exit_code == 0 and plain.stdout.strip().startswith("am_") and "shown only now" in plain.stderr
 
+    agent = _run("keys", "create", "--org", "acme", "--role", "writer", "--name", "planner", "--agent", "planner-bot",
+                 "--keys-file", str(keys_file), "--json")
+    assert agent.exit_code == 0 and json.loads(agent.stdout)["agent_id"] == "planner-bot"
+    assert _run("keys", "revoke", "planner", "--keys-file", str(keys_file)).exit_code == 0
+
     listed = _run("keys", "list", "--keys-file", str(keys_file))
     header, *rows = listed.stdout.splitlines()
-    assert header.split() == ["ID", "NAME", "ORG", "ROLE", "TEAMS", "RATE/MIN", "CREATED"] and len(rows) == 2
+    assert header.split() == ["ID", "NAME", "ORG", "ROLE", "TEAMS", "AGENT", "RATE/MIN", "CREATED"] and len(rows) == 2
     assert issued["key"] not in listed.stdout
 
     gone = _run("keys", "revoke", "bot", "--keys-file", str(keys_file))

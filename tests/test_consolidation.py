@@ -291,7 +291,7 @@ def test_a_restored_merge_stays_undone(service: MemoryService, clock: Clock) -> 
     # The next runs leave the two apart; only a superseded memory can be restored.
     assert consolidate(service, clock)["memories_merged"] == 0
     assert memories_of(service)[b].status == "active"
-    with pytest.raises(ConflictError, match="only a superseded memory"):
+    with pytest.raises(ConflictError, match="only a superseded or expired memory"):
         service.restore(U, b)
     # A third restatement does not bring them together again, and a new metadata keeps them apart.
     c = service.add("acme", {"user_id": "alice", "content": "My dog is named Max!", "importance": 0.5})

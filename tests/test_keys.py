@@ -71,6 +71,26 @@ def test_json_output_teams_rate_limit_and_unique_names(tmp_path: Path, capsys) -
     assert "rate limit" in capsys.readouterr().err
 
 
+def test_a_key_of_an_agent_writes_as_that_agent_and_reaches_no_other_agents_work(tmp_path: Path, capsys) -> None:
+    keys_file = tmp_path / "keys.json"
+    made = _create(capsys, keys_file, "--org", "acme", "--role", "admin", "--name", "planner", "--agent", "planner-bot")
+    caller = ApiKeys.read(keys_file).authenticate(f"Bearer {made['key']}")
+    assert caller.agent_id == "planner-bot" and made["agent_id"] == "planner-bot"
+    assert caller.writes_as(None) == caller.writes_as("planner-bot") == "planner-bot"
+    with pytest.raises(PermissionDeniedError) as other:
+        caller.writes_as("support-bot")
+    assert other.value.code == "agent_forbidden"
+    with pytest.raises(PermissionDeniedError) as erasing:
+        caller.require_every_agent("erasing a user")
+    assert erasing.value.code == "agent_forbidden" and "org-level key" in erasing.value.message
+    org_level = ApiKeys([{"key": "k", "org_id": "acme", "role": "admin"}]).authenticate("Bearer k")
+    assert org_level.writes_as("support-bot") == "support-bot" and org_level.writes_as(None) is None
+    org_level.require_every_agent("erasing a user")
+    for bad in ("", " ", "a\x00b", 7):
+        with pytest.raises(InvalidInputError, match="agent_id"):
+            ApiKeys([{"key": "k", "org_id": "acme", "role": "admin", "agent_id": bad}])
+
+
 def test_list_shows_no_secret_and_revoke_by_name_or_id(tmp_path: Path, capsys) -> None:
     keys_file = tmp_path / "keys.json"
     # A hand-written entry with the key itself, as older files have: listed and kept as it was.
@@ -87,7 +107,7 @@ def test_list_shows_no_secret_and_revoke_by_name_or_id(tmp_path: Path, capsys) -
     assert main(["keys", "list", "--keys-file", str(keys_file), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [k["name"] for k in listed] == ["by-hand", "one", "two"]
-    assert set(listed[2]) == {"id", "name", "org_id", "role", "teams", "rate_limit_per_minute", "created_at"}
+    assert set(listed[2]) == {"id", "name", "org_id", "role", "teams", "agent_id", "rate_limit_per_minute", "created_at"}
     assert listed[2]["teams"] == ["ops"] and listed[0]["teams"] is None
 
     assert main(["keys", "revoke", "--keys-file", str(keys_file), "one"]) == 0

@@ -11,7 +11,8 @@ from fastapi import Header, Path, Query
 from fastapi.responses import StreamingResponse
 from starlette.convertors import Convertor, register_url_convertor
 
-from agent_memory.models import RESERVED_MEMORY_IDS, Scope
+from agent_memory.feedback import shown
+from agent_memory.models import RESERVED_MEMORY_IDS, MemoryRecord, Scope, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from serve_app.auth import Principal
@@ -57,6 +58,14 @@ class IngressParts:
     async def read(self, fn: Any, *args: Any) -> Any:
         """`fn(*args)` on a worker thread (the store's reads block)."""
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def scope_of(self, caller: Principal, user_id: str) -> Scope:
+        """The user's scope as the caller reads it: an agent's key, the shared memories and its own."""
+        return Scope.user(caller.org_id, user_id, caller.agent_id)
+
+    def shown(self, record: MemoryRecord) -> dict[str, Any]:
+        """A memory as the API answers it (with the importance recall weighs now)."""
+        return shown(record, utcnow(), self.settings.feedback)
 
     async def require_changeable(self, caller: Principal, scope: Scope, memory_id: str) -> None:
         """For a key kept to teams: `team_forbidden` unless the memory carries one of its teams.

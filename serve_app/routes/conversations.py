@@ -26,8 +26,10 @@ class ConversationRoutes(IngressParts):
         # Extraction may reinforce or supersede any memory of the user, of any team, and what it
         # makes carries no team.
         caller.require_every_team("learning from a conversation")
+        # An agent's key holds its conversations as that agent: what extraction makes is the agent's.
+        agent_id = caller.writes_as(body.agent_id)
         job_id = await self.writers.of(caller.org_id, body.user_id).log_conversation.remote(
-            caller.org_id, body.user_id, body.session_id, body.agent_id, body.messages, body.mode, caller.key_id
+            caller.org_id, body.user_id, body.session_id, agent_id, body.messages, body.mode, caller.key_id
         )
         return {"job_id": job_id}
 

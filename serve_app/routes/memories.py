@@ -6,6 +6,7 @@ Each body arrives validated as the core's model (`serve_app.schemas`) and is han
 import asyncio
 import functools
 import time
+from datetime import datetime
 from typing import Annotated, Any
 
 from agent_memory_http.models import (
@@ -21,10 +22,9 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from agent_memory.errors import InvalidInputError, NotFoundError, PermissionDeniedError
-from agent_memory.models import Scope
-from serve_app.middleware import Caller
+from serve_app.middleware import Caller, limit_rate
 from serve_app.routes.common import IdempotencyKey, IngressParts, MemoryId, UserId
-from serve_app.schemas import ContextIn, MemoryBatchIn, MemoryIn, PatchIn, SearchIn, errors
+from serve_app.schemas import ContextIn, FeedbackIn, MemoryBatchIn, MemoryIn, PatchIn, SearchIn, errors
 
 router = APIRouter(tags=["memories"])
 # A memory's own path: its id is never `search` (serve_app.routes.common.MemoryIdConvertor).
@@ -46,7 +46,10 @@ class MemoryRoutes(IngressParts):
             # A team's searches return what carries its id: a key kept to some teams adds to those
             # only, and only memories it may change afterwards (never one of no team).
             caller.require_team(item.team_id)
+        # An agent's key writes as that agent: its memories are its own, shared or private.
         memories = [item.as_new_memory() for item in items]
+        for memory in memories:
+            memory.agent_id = caller.writes_as(memory.agent_id)
         result = await self.writers.add(caller.org_id, memories, idempotency_key, caller.key_id)
         return {"ids": result["ids"]}
 
@@ -59,8 +62,10 @@ class MemoryRoutes(IngressParts):
         if body.team_id is not None:
             caller.require_team(body.team_id)
         started = time.perf_counter()
-        # The store leaves out the memories of teams the key may not read (`visible_teams`).
-        recall = functools.partial(self.recaller.recall, caller.org_id, body, visible_teams=caller.teams)
+        # The store leaves out the memories of teams the key may not read (`visible_teams`), and
+        # other agents' private ones for an agent's key (`viewer_agent`).
+        recall = functools.partial(self.recaller.recall, caller.org_id, body, visible_teams=caller.teams,
+                                   viewer_agent=caller.agent_id)
         result = await asyncio.get_running_loop().run_in_executor(self.recall_pool, recall)
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.recall_latency.observe(elapsed_ms, tags={"degraded": str(result.degraded).lower()})
@@ -78,7 +83,8 @@ class MemoryRoutes(IngressParts):
         Chinese); as `text` and as `parts`.
         """
         caller.require("reader")
-        block = functools.partial(self.recaller.context, caller.org_id, body, visible_teams=caller.teams)
+        block = functools.partial(self.recaller.context, caller.org_id, body, visible_teams=caller.teams,
+                                  viewer_agent=caller.agent_id)
         return JSONResponse(await asyncio.get_running_loop().run_in_executor(self.recall_pool, block))
 
     @router.get("/v1/memories", response_model=MemoryPage, responses=errors())
@@ -87,30 +93,34 @@ class MemoryRoutes(IngressParts):
         limit: Annotated[int, Query(ge=1, le=1000, description="Memories per page.")] = 50,
         cursor: Annotated[str | None, Query(description="The `next_cursor` of the page before.")] = None,
         status: Annotated[str, Query(description="`active`, `superseded`, `expired` or `all`.")] = "active",
+        as_of: Annotated[datetime | None, Query(
+            description="List what the user held at this moment (ISO 8601): the memories created by then that were "
+                        "active then, whatever their status now (`status` is not used then).")] = None,
     ) -> dict[str, Any]:
         """A user's memories, newest first (for a key kept to teams, those of its teams and of no
-        team: a page may then hold fewer than `limit`; `next_cursor` goes on from where it ended)."""
+        team: a page may then hold fewer than `limit`; `next_cursor` goes on from where it ended;
+        for an agent's key, the shared ones and its own private ones)."""
         caller.require("reader")
-        scope = Scope.user(caller.org_id, user_id)
-        page = await self.read(
-            lambda: self.reader.list(scope, limit=limit, cursor=cursor, status=None if status == "all" else status)
-        )
+        scope = self.scope_of(caller, user_id)
+        page = await self.read(lambda: self.reader.list(
+            scope, limit=limit, cursor=cursor, status=None if status == "all" else status, as_of=as_of))
         records = [m for m in page.records if caller.may_read(m.team_id)]
-        return {"memories": [m.public() for m in records], "next_cursor": page.next_cursor}
+        return {"memories": [self.shown(m) for m in records], "next_cursor": page.next_cursor}
 
     @router.get(ONE, response_model=Memory, responses=errors(404))
     async def get_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
-        """One memory; another user's or org's id is a 404, another team's (for a key kept to teams) a 403."""
+        """One memory; another user's or org's id is a 404, another team's (for a key kept to teams) a 403,
+        another agent's private one (for an agent's key) a 404."""
         caller.require("reader")
-        record = await self.read(self.reader.get, Scope.user(caller.org_id, user_id), memory_id)
+        record = await self.read(self.reader.get, self.scope_of(caller, user_id), memory_id)
         caller.require_read(record.team_id)
-        return record.public()
+        return self.shown(record)
 
     @router.patch(ONE, response_model=Memory, responses=errors(404, body=True))
     async def patch_memory(self, memory_id: MemoryId, body: PatchIn, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Change content, type, importance, metadata or expiry in place (content re-embedded)."""
         caller.require("writer")
-        scope = Scope.user(caller.org_id, user_id)
+        scope = self.scope_of(caller, user_id)
         await self.require_changeable(caller, scope, memory_id)
         return await self.writers.of(caller.org_id, user_id).run.remote(
             caller.org_id, "update", scope, memory_id, body, actor=caller.key_id
@@ -120,7 +130,7 @@ class MemoryRoutes(IngressParts):
     async def delete_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
         """Delete one memory; its audit trail stays."""
         caller.require("writer")
-        scope = Scope.user(caller.org_id, user_id)
+        scope = self.scope_of(caller, user_id)
         await self.require_changeable(caller, scope, memory_id)
         await self.writers.of(caller.org_id, user_id).run.remote(caller.org_id, "delete", scope, memory_id,
                                                                  actor=caller.key_id)
@@ -128,11 +138,12 @@ class MemoryRoutes(IngressParts):
 
     @router.post(ONE + "/restore", response_model=Memory, responses=errors(404, 409))
     async def restore_memory(self, memory_id: MemoryId, caller: Caller, user_id: UserId) -> dict[str, Any]:
-        """Undo a wrong supersede or merge: the superseded memory is active again (409 if it is not
-        superseded), with a `restored` event; consolidation keeps it apart from what replaced it.
-        It is one more active memory: an org at its memory quota restores nothing."""
+        """Undo a wrong supersede or merge, an `outdated` vote or an expiry: the memory is active again
+        (409 if it is neither superseded nor expired), with a `restored` event; consolidation keeps it
+        apart from what replaced it. It is one more active memory: an org at its memory quota
+        restores nothing."""
         caller.require("writer")
-        scope = Scope.user(caller.org_id, user_id)
+        scope = self.scope_of(caller, user_id)
         await self.require_changeable(caller, scope, memory_id)
         return await self.writers.of(caller.org_id, user_id).run.remote(
             caller.org_id, "restore", scope, memory_id, actor=caller.key_id
@@ -143,7 +154,7 @@ class MemoryRoutes(IngressParts):
         """The memory's audit events, oldest first (also after it was deleted, except for a key kept to
         teams: events do not say which team a deleted memory was of)."""
         caller.require("reader")
-        scope = Scope.user(caller.org_id, user_id)
+        scope = self.scope_of(caller, user_id)
         events = await self.read(self.reader.history, scope, memory_id)
         if caller.teams is not None:
             try:
@@ -155,3 +166,17 @@ class MemoryRoutes(IngressParts):
                 ) from None
             caller.require_read(record.team_id)
         return {"events": [e.model_dump(mode="json") for e in events]}
+
+    @router.post(ONE + "/feedback", response_model=Memory, responses=errors(404, 409, body=True))
+    async def feedback(self, memory_id: MemoryId, body: FeedbackIn, caller: Caller, user_id: UserId) -> dict[str, Any]:
+        """A vote on a memory recall returned: `useful` weighs it more in recall, `wrong` less (within
+        bounds, fading back over `feedback_half_life_days`), `outdated` expires it (restorable with
+        `/restore`). Audited as a `feedback` event with the signal and note; limited to
+        `feedback_rate_limit_per_minute` votes a minute per key. Answers the memory as it now is."""
+        caller.require("writer")
+        limit_rate(caller, "feedback", self.settings.feedback.rate_limit_per_minute)
+        scope = self.scope_of(caller, user_id)
+        await self.require_changeable(caller, scope, memory_id)
+        return await self.writers.of(caller.org_id, user_id).run.remote(
+            caller.org_id, "feedback", scope, memory_id, body, actor=caller.key_id
+        )

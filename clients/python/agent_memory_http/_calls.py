@@ -23,6 +23,7 @@ from .models import (
     Health,
     Job,
     JobAccepted,
+    JobPage,
     Memory,
     MemoryEvent,
     MemoryPage,
@@ -31,7 +32,9 @@ from .models import (
     Schedule,
     SearchResult,
     SessionMessage,
+    Timeline,
     Turn,
+    UserPage,
     WriteResult,
 )
 
@@ -86,11 +89,14 @@ def many(memories: Iterable[NewMemory | Mapping[str, Any]]) -> list[dict[str, An
     return [memory(m, f"memories.{i}.") for i, m in enumerate(memories)]
 
 
+def isoformat(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
 def search(body: dict[str, Any]) -> Call[SearchResult]:
-    if isinstance(body.get("since"), datetime):
-        body["since"] = body["since"].isoformat()
-    if isinstance(body.get("until"), datetime):
-        body["until"] = body["until"].isoformat()
+    for name in ("since", "until", "as_of"):
+        if name in body:
+            body[name] = isoformat(body[name])
     return Call("POST", "/v1/memories/search", SearchResult.model_validate, json=body)
 
 
@@ -99,9 +105,31 @@ def context(body: dict[str, Any]) -> Call[Context]:
     return Call("POST", "/v1/context", Context.model_validate, json=body)
 
 
-def memories_page(user_id: str, limit: int, cursor: str | None, status: str) -> Call[MemoryPage]:
-    params = present(user_id=user_id, limit=limit, cursor=cursor, status=status)
+def memories_page(user_id: str, limit: int, cursor: str | None, status: str,
+                  as_of: datetime | None = None) -> Call[MemoryPage]:
+    params = present(user_id=user_id, limit=limit, cursor=cursor, status=status, as_of=isoformat(as_of))
     return Call("GET", "/v1/memories", MemoryPage.model_validate, params=params)
+
+
+def feedback(user_id: str, memory_id: str, signal: str, note: str | None) -> Call[Memory]:
+    # A vote sent twice counts twice: sent again only if it never reached the server.
+    return Call("POST", f"/v1/memories/{segment(memory_id)}/feedback", Memory.model_validate,
+                params={"user_id": user_id}, json=present(signal=signal, note=note), replayable=False)
+
+
+def users_page(limit: int, cursor: str | None, prefix: str | None) -> Call[UserPage]:
+    return Call("GET", "/v1/users", UserPage.model_validate, params=present(limit=limit, cursor=cursor, prefix=prefix))
+
+
+def timeline(user_id: str, since: datetime | None, until: datetime | None, limit: int,
+             cursor: str | None) -> Call[Timeline]:
+    params = present(since=isoformat(since), until=isoformat(until), limit=limit, cursor=cursor)
+    return Call("GET", f"/v1/users/{segment(user_id)}/timeline", Timeline.model_validate, params=params)
+
+
+def jobs_page(kind: str | None, state: str | None, limit: int, cursor: str | None) -> Call[JobPage]:
+    params = present(kind=kind, state=state, limit=limit, cursor=cursor)
+    return Call("GET", "/v1/jobs", JobPage.model_validate, params=params)
 
 
 def get(user_id: str, memory_id: str) -> Call[Memory]:
@@ -175,8 +203,9 @@ def import_file(path: str, fmt: str, mode: str, user_id: str | None, idempotency
                 idempotency_key=key_or_new(idempotency_key), replayable=False)
 
 
-def consolidate(user_id: str | None, idempotency_key: str | None) -> Call[JobAccepted]:
-    return Call("POST", "/v1/jobs/consolidate", JobAccepted.model_validate, json=present(user_id=user_id),
+def consolidate(user_id: str | None, dry_run: bool, idempotency_key: str | None) -> Call[JobAccepted]:
+    body = {**present(user_id=user_id), **({"dry_run": True} if dry_run else {})}
+    return Call("POST", "/v1/jobs/consolidate", JobAccepted.model_validate, json=body,
                 idempotency_key=key_or_new(idempotency_key), replayable=False)
 
 

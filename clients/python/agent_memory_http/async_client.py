@@ -20,6 +20,7 @@ from .models import (
     Health,
     Job,
     JobAccepted,
+    JobPage,
     Memory,
     MemoryEvent,
     MemoryPage,
@@ -30,7 +31,9 @@ from .models import (
     Schedule,
     SearchResult,
     SessionMessage,
+    Timeline,
     Turn,
+    UserPage,
     WriteResult,
 )
 
@@ -99,13 +102,15 @@ class AsyncMemoryClient:
         self, user_id: str, content: str, *, memory_type: MemoryType | None = None, id: str | None = None,
         agent_id: str | None = None, session_id: str | None = None, team_id: str | None = None,
         importance: float | None = None, confidence: float | None = None, metadata: dict[str, Any] | None = None,
-        created_at: datetime | None = None, expires_at: datetime | None = None, idempotency_key: str | None = None,
+        created_at: datetime | None = None, expires_at: datetime | None = None,
+        visibility: Literal["shared", "private"] | None = None, idempotency_key: str | None = None,
     ) -> WriteResult:
-        """Store one memory (`POST /v1/memories`); its stored id is `.ids[0]`."""
+        """Store one memory (`POST /v1/memories`); its stored id is `.ids[0]`. `visibility`: `shared`
+        with every agent of the user, or `private` to its agent (the key's, or `agent_id`)."""
         memory = calls.memory(calls.present(
             user_id=user_id, content=content, memory_type=memory_type, id=id, agent_id=agent_id,
             session_id=session_id, team_id=team_id, importance=importance, confidence=confidence,
-            metadata=metadata, created_at=created_at, expires_at=expires_at,
+            metadata=metadata, created_at=created_at, expires_at=expires_at, visibility=visibility,
         ))
         return await self._send(calls.write([memory], idempotency_key))
 
@@ -120,13 +125,14 @@ class AsyncMemoryClient:
         scope: Literal["user", "team"] | None = None, team_id: str | None = None, agent_id: str | None = None,
         session_id: str | None = None, filters: dict[str, MetadataValue] | None = None,
         since: datetime | None = None, until: datetime | None = None, min_score: float | None = None,
-        mode: Literal["hybrid", "dense", "keyword"] | None = None,
+        mode: Literal["hybrid", "dense", "keyword"] | None = None, as_of: datetime | None = None,
     ) -> SearchResult:
-        """Recall (`POST /v1/memories/search`): the user's memories that answer `query`, best first."""
+        """Recall (`POST /v1/memories/search`): the user's memories that answer `query`, best first
+        (with `as_of`: as memory stood at that moment)."""
         return await self._send(calls.search(calls.present(
             user_id=user_id, query=query, top_k=top_k, memory_types=memory_types, scope=scope, team_id=team_id,
             agent_id=agent_id, session_id=session_id, filters=filters, since=since, until=until,
-            min_score=min_score, mode=mode,
+            min_score=min_score, mode=mode, as_of=as_of,
         )))
 
     async def context(
@@ -159,13 +165,20 @@ class AsyncMemoryClient:
         return await self._send(calls.delete(user_id, memory_id))
 
     async def restore(self, user_id: str, memory_id: str, *, idempotency_key: str | None = None) -> Memory:
-        """Make a superseded memory active again; `ConflictError` (`not_superseded`) when it is not."""
+        """Make a superseded or expired memory active again; `ConflictError` (`not_superseded`) when it is neither."""
         try:
             return await self._send(calls.restore(user_id, memory_id, idempotency_key))
         except ConflictError as exc:
             if not calls.restored_already(exc):
                 raise
         return await self.get(user_id, memory_id)
+
+    async def feedback(
+        self, user_id: str, memory_id: str, signal: Literal["useful", "wrong", "outdated"], *, note: str | None = None
+    ) -> Memory:
+        """A vote on a memory recall returned (writer): `useful` weighs it more, `wrong` less (fading back
+        over time), `outdated` expires it (`restore` undoes that); answers the memory as it now is."""
+        return await self._send(calls.feedback(user_id, memory_id, signal, note))
 
     async def history(self, user_id: str, memory_id: str) -> list[MemoryEvent]:
         """A memory's audit events, oldest first (also after it was deleted)."""
@@ -186,6 +199,19 @@ class AsyncMemoryClient:
 
 
     # -- users, conversations, sessions -----------------------------------------------------------
+
+    async def list_users(self, *, limit: int = 50, cursor: str | None = None, prefix: str | None = None) -> UserPage:
+        """One page of the org's users by id (those whose id starts with `prefix`), each with their
+        memories counted by status and type and their last activity (`GET /v1/users`)."""
+        return await self._send(calls.users_page(limit, cursor, prefix))
+
+    async def timeline(
+        self, user_id: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 500,
+        cursor: str | None = None,
+    ) -> Timeline:
+        """One page of the user's timeline, oldest first: every change of their memories with the text
+        and status after it (`GET /v1/users/{id}/timeline`)."""
+        return await self._send(calls.timeline(user_id, since, until, limit, cursor))
 
     async def erase_user(self, user_id: str) -> Erasure:
         """Erase everything of a user, unrecoverably (admin); `job_id` is the purge's receipt."""
@@ -219,9 +245,18 @@ class AsyncMemoryClient:
         `user_id`'s), under the server's import root or at an object-store URI (admin)."""
         return await self._send(calls.import_file(path, format, mode, user_id, idempotency_key))
 
-    async def consolidate(self, user_id: str | None = None, *, idempotency_key: str | None = None) -> JobAccepted:
-        """Start consolidation of the caller's org, or of one user, now (admin)."""
-        return await self._send(calls.consolidate(user_id, idempotency_key))
+    async def consolidate(
+        self, user_id: str | None = None, *, dry_run: bool = False, idempotency_key: str | None = None
+    ) -> JobAccepted:
+        """Start consolidation of the caller's org, or of one user, now (admin). A `dry_run` changes
+        nothing: its job's report lists the merges a run would make (`clusters`)."""
+        return await self._send(calls.consolidate(user_id, dry_run, idempotency_key))
+
+    async def list_jobs(
+        self, *, kind: str | None = None, state: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> JobPage:
+        """One page of the org's jobs, newest first (of one kind, in one state)."""
+        return await self._send(calls.jobs_page(kind, state, limit, cursor))
 
     async def get_job(self, job_id: str) -> Job:
         """A background job's state, progress and report."""
@@ -244,7 +279,9 @@ class AsyncMemoryClient:
 
     # `list` comes last: defined earlier, it would shadow the builtin in the annotations after it.
     async def list(
-        self, user_id: str, *, limit: int = 50, cursor: str | None = None, status: str = "active"
+        self, user_id: str, *, limit: int = 50, cursor: str | None = None, status: str = "active",
+        as_of: datetime | None = None,
     ) -> MemoryPage:
-        """One page of the user's memories, newest first (`status`: active, superseded, expired, all)."""
-        return await self._send(calls.memories_page(user_id, limit, cursor, status))
+        """One page of the user's memories, newest first (`status`: active, superseded, expired, all;
+        `as_of`: what the user held at that moment)."""
+        return await self._send(calls.memories_page(user_id, limit, cursor, status, as_of))

@@ -48,6 +48,7 @@ class NewMemory(_Input):
     metadata: dict[str, Any] | None = None
     created_at: datetime | None = None
     expires_at: datetime | None = None
+    visibility: Literal["shared", "private"] | None = None
 
 
 class Turn(_Input):
@@ -92,6 +93,13 @@ class Memory(_Answer):
     expires_at: datetime | None = Field(None, description=f"When it stops being recalled, if ever. {_WHEN}")
     source_ids: list[str] = Field(default_factory=list, description="Message ids (or merged memory ids) it came from.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="The caller's key/value pairs (filterable in recall).")
+    visibility: str = Field("shared", description="`shared` (every agent of the user reads it) or `private` (only its "
+                                                  "`agent_id`, and org-level keys).")
+    feedback_offset: float = Field(0.0, description="What feedback votes moved its importance by, as of `feedback_at` "
+                                                    "(it fades back to 0 from then).")
+    feedback_at: datetime | None = Field(None, description=f"When the last `useful` or `wrong` vote was cast. {_WHEN}")
+    effective_importance: float | None = Field(
+        None, description="The importance recall weighs now: `importance` plus what is left of `feedback_offset`, 0..1.")
 
 
 class MemoryPage(_Answer):
@@ -159,6 +167,8 @@ class MemoryEvent(_Answer):
     user_id: str | None = Field(None, description="The user.")
     before: dict[str, Any] | None = Field(None, description="The fields it changed, as they were.")
     after: dict[str, Any] | None = Field(None, description="The fields it changed, as they became.")
+    agent_id: str | None = Field(None, description="The memory's agent, if any.")
+    visibility: str = Field("shared", description="The memory's visibility: `shared` or `private` (to `agent_id`).")
 
 
 class MemoryHistory(_Answer):
@@ -209,6 +219,75 @@ class Job(_Answer):
     def done(self) -> bool:
         """Whether the job has ended, well or not."""
         return self.state in ("succeeded", "failed")
+
+
+class JobPage(_Answer):
+    """One page of the org's jobs, newest first; `next_cursor` is None on the last page."""
+
+    jobs: list[Job] = Field(description="The jobs of this page, newest first.")
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; None on the last.")
+
+
+class MemoryCounts(_Answer):
+    """A user's memories by status."""
+
+    active: int = Field(0, description="Memories recall searches.")
+    superseded: int = Field(0, description="Memories replaced by another (restorable).")
+    expired: int = Field(0, description="Memories past their date, or voted `outdated` (restorable).")
+
+
+class TypeCounts(_Answer):
+    """A user's active memories by type."""
+
+    episodic: int = Field(0, description="Events.")
+    semantic: int = Field(0, description="Facts and preferences.")
+    procedural: int = Field(0, description="Rules for the agent.")
+
+
+class UserSummary(_Answer):
+    """One user of the org: their memories counted, and when anything of theirs last changed."""
+
+    user_id: str = Field(description="The user.")
+    memories: MemoryCounts = Field(default_factory=MemoryCounts, description="Their memories by status.")
+    by_type: TypeCounts = Field(default_factory=TypeCounts, description="Their active memories by type.")
+    last_activity: datetime | None = Field(
+        None, description=f"The latest change of a memory of theirs (`updated_at`) or turn they logged. {_WHEN}")
+
+
+class UserPage(_Answer):
+    """One page of the org's users, by id; `next_cursor` is None on the last page."""
+
+    users: list[UserSummary] = Field(description="The users of this page, by id.")
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; None on the last.")
+
+
+class TimelineEvent(_Answer):
+    """One change of one of the user's memories, with what the memory said and was after it."""
+
+    id: str = Field(description="The audit event's id.")
+    at: datetime = Field(description=f"When it happened. {_WHEN}")
+    action: str = Field(description="`created`, `updated`, `reinforced`, `superseded`, `merged`, `expired`, "
+                                    "`restored`, `deleted`, `feedback`; `erased` and `purged` for an erasure.")
+    memory_id: str | None = Field(None, description="The memory it changed (None for an erasure's events).")
+    actor: str = Field(description="Who did it: an API key's name, `consolidation`, `system`, ...")
+    content: str | None = Field(None, description="The memory's text after the change; None after a deletion, for "
+                                                  "an erasure's events, and where no event or row says it.")
+    memory_type: str | None = Field(None, description="The memory's type after the change.")
+    status_after: str | None = Field(None, description="`active`, `superseded`, `expired` or `deleted` after it.")
+    related_ids: list[str] = Field(default_factory=list, description="Other memories it names: what replaced it, "
+                                                                     "what it absorbed, what it is kept apart from.")
+    job_id: str | None = Field(None, description="The job it belongs to, where the event names one (an erasure's).")
+    agent_id: str | None = Field(None, description="The memory's agent, if any.")
+    visibility: str = Field("shared", description="The memory's visibility: `shared` or `private`.")
+    detail: dict[str, Any] | None = Field(None, description="What else the event records (a vote's `signal` and "
+                                                            "`note`, the fields an edit changed, an erasure's counts).")
+
+
+class Timeline(_Answer):
+    """A page of a user's timeline, oldest first; `next_cursor` is None on the last page."""
+
+    events: list[TimelineEvent] = Field(description="The events, oldest first.")
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; None on the last.")
 
 
 class Erasure(_Answer):

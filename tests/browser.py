@@ -92,8 +92,8 @@ class Console:
         return page
 
     def fits(self) -> tuple[int, int]:
-        """(scrollWidth, innerWidth) of the page as shown."""
-        return tuple(self.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]"))
+        """(scrollWidth, clientWidth) of the page as shown: wider content than the window scrolls sideways."""
+        return tuple(self.page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]"))
 
     def close(self) -> None:
         self.context.close()
@@ -117,6 +117,16 @@ def console(browser: Any, serve_app: dict[str, Any]) -> Iterator[Callable[..., C
     for tab in tabs:
         tab.close()
     assert not errors, errors
+
+
+def screenshot(page: Any, path: Path, *, full_page: bool = True) -> None:
+    """A PNG of the page as shown, in 64 colours (the console's are few): a few tens of kB for the docs."""
+    from PIL import Image
+
+    page.screenshot(path=path, full_page=full_page)
+    with Image.open(path) as shot:
+        small = shot.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from playwright.sync_api import expect
@@ -33,7 +34,7 @@ def flip(client, user: str) -> dict:
         assert job["state"] == "succeeded", job
         jobs.append(job["id"])
     (old,) = client.get("/v1/memories", params={"user_id": user, "status": "superseded"}).json()["memories"]
-    (new,) = client.get("/v1/memories", params={"user_id": user}).json()["memories"]
+    (new,) = [m for m in client.get("/v1/memories", params={"user_id": user}).json()["memories"] if "Neovim" in m["content"]]
     return {"old": old, "new": new, "jobs": jobs}
 
 
@@ -73,6 +74,34 @@ def test_pages_are_built_as_text_never_as_markup() -> None:
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
                      "http://", "https://", "localStorage", ".style."):
             assert sink not in code.replace("http://www.w3.org/2000/svg", ""), (path.name, sink)
+
+
+@pytest.mark.unit
+def test_nothing_is_loaded_from_elsewhere() -> None:
+    """The console works offline: its styles import nothing and fetch no font or image from another host."""
+    for path in CONSOLE.glob("*.css"):
+        css = path.read_text()
+        assert "@import" not in css and not re.search(r"url\(\s*['\"]?(https?:)?//", css), path.name
+
+
+@pytest.mark.unit
+def test_without_api_keys_the_console_answers_only_this_machine(monkeypatch) -> None:
+    from starlette.requests import Request
+
+    from serve_app import middleware
+    from serve_app.routes import console
+
+    def request(client: str, forwarded: str | None = None) -> Request:
+        headers = [(b"x-forwarded-for", forwarded.encode())] if forwarded else []
+        return Request({"type": "http", "method": "GET", "path": "/console/", "headers": headers, "client": (client, 50000)})
+
+    monkeypatch.setattr(middleware, "STATE", SimpleNamespace(keys=None))  # as a replica without a keys file
+    assert console.refused(request("127.0.0.1")) is None and console.refused(request("::1")) is None
+    for elsewhere in (request("192.168.1.20"), request("127.0.0.1", "203.0.113.9"), request("127.0.0.1", "proxy")):
+        answer = console.refused(elsewhere)
+        assert answer is not None and answer.status_code == 403 and b"AGENT_MEMORY_API_KEYS_FILE" in answer.body
+    monkeypatch.setattr(middleware, "STATE", SimpleNamespace(keys=object()))  # keys configured: the API asks for one
+    assert console.refused(request("192.168.1.20")) is None
 
 
 # -- an operator at work ---------------------------------------------------------------------------
@@ -153,7 +182,7 @@ def test_edit_feedback_and_delete(api, console) -> None:
     expect(page.locator("blockquote")).to_have_text("Prefers green tea in the morning")
     expect(page.get_by_role("region", name="History")).to_contain_text("updated")
 
-    page.get_by_label("Feedback").select_option("wrong")
+    page.get_by_label("Feedback signal").select_option("wrong")
     page.get_by_label("Note (optional)").fill("said coffee last week")
     page.get_by_role("button", name="Send feedback").click()
     expect(page.get_by_role("status")).to_contain_text("Feedback “wrong” recorded")
@@ -205,8 +234,10 @@ def test_consolidation_dry_run_then_apply(api, console) -> None:
     expect(merges).to_contain_text("The user enjoys hiking in the Alps")
     expect(merges).to_contain_text("The user likes hiking in the Alps")
     assert len(c.get("/v1/memories", params={"user_id": user}).json()["memories"]) == 3  # nothing changed
+    dry_run = page.url
     page.get_by_role("button", name="Apply: run consolidation for real").click()
-    expect(page.get_by_role("heading", name=re.compile(r"^Job "))).to_be_visible()
+    expect(page).not_to_have_url(dry_run)
+    expect(page.get_by_text("consolidation", exact=True)).to_be_visible()  # not a dry run
     expect(page.get_by_text("succeeded", exact=True)).to_be_visible(timeout=120_000)
     assert len(c.get("/v1/memories", params={"user_id": user}).json()["memories"]) == 2
     tab.open("#/jobs?kind=consolidation")

@@ -85,7 +85,7 @@ function actions(m, userId, out, refresh, go) {
   const signal = select("signal", [["useful", "useful"], ["wrong", "wrong"], ["outdated", "outdated (expires it)"]], "useful");
   const note = h("input", { type: "text", name: "note", maxlength: 500 });
   const send = h("button", { type: "submit" }, "Send feedback");
-  const feedback = h("form", { class: "inline feedback", "aria-label": "Feedback", onsubmit: (e) => {
+  const feedback = h("form", { class: "inline feedback", "aria-label": "Feedback on this memory", onsubmit: (e) => {
     e.preventDefault();
     act(send, out, async () => {
       const body = { signal: signal.value };
@@ -94,7 +94,7 @@ function actions(m, userId, out, refresh, go) {
       const weight = now.effective_importance ?? now.importance;
       done(`Feedback “${signal.value}” recorded: weighed ${num(weight, 3)} in recall, status ${now.status}.`);
     });
-  } }, field("Feedback", signal), field("Note (optional)", note), send);
+  } }, field("Feedback signal", signal), field("Note (optional)", note), send);
 
   return h("section", { class: "actions", "aria-label": "Actions" },
     h("div", { class: "buttons" }, m.status === "superseded" || m.status === "expired" ? restore : null,

@@ -59,6 +59,7 @@ def test_every_page_fits_both_widths(api, console, screenshots) -> None:
             tab.open(route)
             tab.page.wait_for_load_state("networkidle")
             widths[page_name] = tab.fits()
+            assert "null" not in tab.page.get_by_role("main").inner_text(), page_name  # nothing left out shows as text
             if name == "wide" or page_name in narrow_shots:
                 suffix = "" if name == "wide" else "-narrow"
                 screenshot(tab.page, screenshots / f"{page_name}{suffix}.png")

@@ -1,6 +1,6 @@
 // The console's entry: sign-in, the address (after `#`) to page, and what pages share.
 import { ApiError, api, session } from "./api.js";
-import { h } from "./dom.js";
+import { append, fill, h } from "./dom.js";
 import { renderJob, renderList as renderJobs } from "./jobs.js";
 import * as erase from "./erase.js";
 import * as memory from "./memory.js";
@@ -40,7 +40,7 @@ function match(segments) {
 async function show() {
   const { segments, params } = parse();
   const view = h("section", { class: "page" });
-  main.replaceChildren(view);
+  fill(main, view);
   header();
   if (!session.signedIn) {
     signIn(view);
@@ -52,13 +52,13 @@ async function show() {
   }
   const found = match(segments);
   if (!found) {
-    view.append(h("h1", {}, "Not found"), h("p", {}, "No page at this address. "), h("a", { href: "#/users" }, "Users"));
+    append(view, h("h1", {}, "Not found"), h("p", {}, "No page at this address. "), h("a", { href: "#/users" }, "Users"));
     return;
   }
   const [, render, title] = found;
   document.title = `${title} · agent-memory console`;
   if (flash) {
-    view.append(notice(flash));
+    append(view, notice(flash));
     flash = null;
   }
   for (const link of document.querySelectorAll("header nav a")) {
@@ -75,7 +75,7 @@ async function show() {
   try {
     await render(view, context);
   } catch (error) {
-    if (view.isConnected) view.append(problem(error));
+    if (view.isConnected) append(view, problem(error));
   }
   if (view.isConnected) {
     // The page shows what it asked for: a mark the browser's own performance timeline keeps
@@ -100,7 +100,7 @@ function signIn(view) {
   const key = h("input", { type: "password", name: "key", autocomplete: "off", spellcheck: "false" });
   const out = h("div", { "aria-live": "polite" });
   const button = h("button", { type: "submit" }, "Sign in");
-  view.append(
+  append(view, 
     h("h1", { tabindex: "-1" }, "Sign in"),
     h("p", {}, "The console acts with an API key, as any client does: what the key's role allows, and nothing more. " +
       "It is kept in this tab only (session storage) and sent to this server alone."),
@@ -115,7 +115,7 @@ function signIn(view) {
         show();
       } catch (error) {
         session.signOut();
-        out.replaceChildren(problem(error instanceof ApiError && error.status === 401
+        fill(out, problem(error instanceof ApiError && error.status === 401
           ? new ApiError(401, error.code, `${error.message}. Check the key (agent-memory keys create).`) : error));
       } finally {
         button.disabled = false;

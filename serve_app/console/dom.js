@@ -12,15 +12,16 @@ export function h(tag, props = {}, ...children) {
     else if (name in PROPERTIES) el[PROPERTIES[name]] = value;
     else el.setAttribute(name, value === true ? "" : String(value));
   }
-  append(el, children);
+  append(el, ...children);
   return el;
 }
 
 // Set as properties, not attributes: their live value is what a form reads.
 const PROPERTIES = { value: "value", checked: "checked", selected: "selected", disabled: "disabled" };
 
-/** Append `children` (nested arrays flattened; strings and numbers as text). */
-export function append(el, children) {
+/** Append `children` (nested arrays flattened; strings and numbers as text; null and false skipped,
+ * where the DOM's own `append` would show them as the text "null" and "false"). */
+export function append(el, ...children) {
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
@@ -31,7 +32,7 @@ export function append(el, children) {
 /** Replace what `el` holds with `children`. */
 export function fill(el, ...children) {
   el.replaceChildren();
-  return append(el, children);
+  return append(el, ...children);
 }
 
 /** An SVG element (the timeline's axis). */

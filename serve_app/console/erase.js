@@ -1,7 +1,7 @@
 // Erase a user: everything of theirs, unrecoverably, after the operator types the user's id; then
 // the receipt (the purge job's report), followed until the job ends.
 import { api } from "./api.js";
-import { facts, h, jsonView, route } from "./dom.js";
+import { append, facts, fill, h, jsonView, route } from "./dom.js";
 import { jobView } from "./jobs.js";
 import { act, field, heading, problem } from "./ui.js";
 
@@ -13,7 +13,7 @@ export async function render(view, { segments, go }) {
   const button = h("button", { type: "submit", class: "danger", disabled: true }, "Erase this user");
   const out = h("div", { class: "outcome", "aria-live": "polite" });
   typed.addEventListener("input", () => { button.disabled = typed.value !== userId; });
-  view.append(
+  append(view, 
     ...heading(`Erase ${userId}`, [["Users", "#/users"], [`User ${userId}`, route("user", userId)]]),
     h("p", { class: "warning" }, "Erasing removes every memory, turn and event of this user from every read at once, " +
       "then their bytes from every file of the store. It cannot be undone. It needs an admin key."),
@@ -33,7 +33,7 @@ export async function render(view, { segments, go }) {
 
 async function follow(out, erased, go) {
   const receipt = h("div", {}, h("p", { class: "muted" }, "Purging the user's bytes from the store's files…"));
-  out.replaceChildren(
+  fill(out, 
     h("h2", {}, "Erased"),
     facts([["Rows deleted", jsonView(erased.erased)], ["Purge job", h("a", { href: route("job", erased.job_id) }, erased.job_id)]]),
     receipt,
@@ -43,10 +43,10 @@ async function follow(out, erased, go) {
     try {
       job = await api.job(erased.job_id);
     } catch (error) {
-      receipt.replaceChildren(problem(error));
+      fill(receipt, problem(error));
       return;
     }
-    receipt.replaceChildren(...jobView(job, go));
+    fill(receipt, ...jobView(job, go));
     if (job.state === "succeeded" || job.state === "failed") return;
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }

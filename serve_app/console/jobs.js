@@ -1,7 +1,7 @@
 // Jobs: imports, conversations, consolidation runs and erasures, with their progress, reports and
 // receipts; a consolidation dry run whose merges can be read before a real run applies them.
 import { api } from "./api.js";
-import { facts, h, jsonView, num, route, table, when, withQuery } from "./dom.js";
+import { append, facts, fill, h, jsonView, num, route, table, when, withQuery } from "./dom.js";
 import { act, field, heading, pager, problem, select } from "./ui.js";
 
 const KINDS = [["", "any kind"], "import", "conversation", "consolidation", "erasure"];
@@ -15,7 +15,7 @@ export async function renderList(view, { params, go }) {
   const kindSelect = select("kind", KINDS, kind);
   const stateSelect = select("state", STATES, state);
   const results = h("div", {}, h("p", { class: "muted" }, "Loading jobs…"));
-  view.append(
+  append(view, 
     ...heading("Jobs"),
     dryRunForm(go),
     h("form", { class: "filters", "aria-label": "Filters", onsubmit: (e) => {
@@ -28,11 +28,11 @@ export async function renderList(view, { params, go }) {
   try {
     page = await api.jobs({ kind, state, limit: 50, cursor });
   } catch (error) {
-    results.replaceChildren(problem(error));
+    fill(results, problem(error));
     return;
   }
   const jobs = page.jobs ?? [];
-  results.replaceChildren(
+  fill(results, 
     jobs.length ? table("Jobs, newest first", ["Job", "Kind", "State", "Progress", "Submitted", "Updated"], jobs.map((j) => [
       h("a", { href: route("job", j.id) }, j.id), label(j), h("span", { class: `state ${j.state}` }, j.state),
       progress(j), when(j.created_at), when(j.updated_at),
@@ -60,19 +60,19 @@ function dryRunForm(go) {
 export async function renderJob(view, { segments, params, go }) {
   const jobId = segments[1];
   const user = params.get("user");
-  view.append(...heading(`Job ${jobId}`, [["Jobs", "#/jobs"]]));
+  append(view, ...heading(`Job ${jobId}`, [["Jobs", "#/jobs"]]));
   const body = h("div", {}, h("p", { class: "muted" }, "Loading the job…"));
-  view.append(body);
+  append(view, body);
   // Followed until it ends, while the page is shown.
   while (view.isConnected) {
     let job;
     try {
       job = await api.job(jobId);
     } catch (error) {
-      body.replaceChildren(problem(error));
+      fill(body, problem(error));
       return;
     }
-    body.replaceChildren(...jobView(job, go, user));
+    fill(body, ...jobView(job, go, user));
     if (job.state === "succeeded" || job.state === "failed") return;
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }

@@ -1,7 +1,7 @@
 // A user's memories: filters (type, status, agent, team, session), the order of a page, paging,
 // and a search that shows each hit's hybrid score and its parts.
 import { api } from "./api.js";
-import { h, num, route, table, when, withQuery } from "./dom.js";
+import { append, fill, h, num, route, table, when, withQuery } from "./dom.js";
 import { field, heading, pager, problem, select } from "./ui.js";
 
 const TYPES = [["", "any type"], "episodic", "semantic", "procedural"];
@@ -33,7 +33,7 @@ export async function render(view, { segments, params, go }) {
   const hits = h("section", { class: "hits", "aria-label": "Search results" });
   const list = h("section", { class: "list", "aria-label": "Memories" }, h("p", { class: "muted" }, "Loading memories…"));
 
-  view.append(
+  append(view, 
     ...heading(`User ${userId}`, [["Users", "#/users"]]),
     h("p", { class: "links" },
       h("a", { class: "button", href: route("user", userId, "timeline") }, "Timeline"),
@@ -66,7 +66,7 @@ async function showList(out, userId, state, link) {
       memory_type: state.type, agent_id: state.agent, team_id: state.team, session_id: state.session,
     });
   } catch (error) {
-    out.replaceChildren(problem(error));
+    fill(out, problem(error));
     return;
   }
   const all = page.memories ?? [];
@@ -78,7 +78,7 @@ async function showList(out, userId, state, link) {
     m.memory_type, h("span", { class: `status ${m.status}` }, m.status), num(m.importance, 2), when(m.created_at),
     where(m),
   ]);
-  out.replaceChildren(
+  fill(out, 
     rows.length ? table(`Memories (${state.status})`, ["Memory", "Type", "Status", "Importance", "Created", "From"], rows)
       : h("p", { class: "muted" }, "No memory matches on this page."),
     shown.length < all.length ? h("p", { class: "muted" }, `${shown.length} of this page's ${all.length} match the filters.`) : null,
@@ -103,7 +103,7 @@ function where(m) {
 }
 
 async function showHits(out, userId, state) {
-  out.replaceChildren(h("p", { class: "muted" }, "Searching…"));
+  fill(out, h("p", { class: "muted" }, "Searching…"));
   const body = { user_id: userId, query: state.q, top_k: 20, min_score: 0 };
   if (state.type) body.memory_types = [state.type];
   if (state.agent) body.agent_id = state.agent;
@@ -113,7 +113,7 @@ async function showHits(out, userId, state) {
   try {
     result = await api.search(body);
   } catch (error) {
-    out.replaceChildren(problem(error));
+    fill(out, problem(error));
     return;
   }
   const rows = result.memories.map((hit) => [
@@ -121,7 +121,7 @@ async function showHits(out, userId, state) {
     h("strong", {}, num(hit.score)),
     PARTS.map((p) => part(p, hit.scores?.[p])),
   ]);
-  out.replaceChildren(
+  fill(out, 
     h("h2", {}, `Search: “${state.q}”`),
     result.degraded ? h("p", { class: "notice" }, "Keywords only: the embedding model did not answer.") : null,
     rows.length ? table("Hits, best first (active memories)", ["Memory", "Score", "Parts"], rows)

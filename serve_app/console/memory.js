@@ -2,21 +2,21 @@
 // job), what it superseded or merged, and the changes a key's role allows: restore, edit, delete,
 // feedback.
 import { api } from "./api.js";
-import { facts, h, jsonView, num, route, table, when } from "./dom.js";
+import { append, facts, fill, h, jsonView, num, route, table, when } from "./dom.js";
 import { act, field, heading, notice, problem, select } from "./ui.js";
 
 export async function render(view, { segments, refresh, go }) {
   const [, userId, , memoryId] = segments;
   const trail = [["Users", "#/users"], [`User ${userId}`, route("user", userId)]];
-  view.append(...heading(`Memory ${memoryId}`, trail));
+  append(view, ...heading(`Memory ${memoryId}`, trail));
   const [memory, history] = await Promise.allSettled([api.memory(userId, memoryId), api.history(userId, memoryId)]);
   const events = history.status === "fulfilled" ? history.value.events : [];
   const out = h("div", { class: "outcome", "aria-live": "polite" });
   if (memory.status === "rejected") {
-    view.append(problem(memory.reason));
+    append(view, problem(memory.reason));
   } else {
     const m = memory.value;
-    view.append(
+    append(view, 
       h("blockquote", { class: "memory-content" }, m.content),
       details(m, userId),
       out,
@@ -25,7 +25,7 @@ export async function render(view, { segments, refresh, go }) {
       h("section", { "aria-label": "Superseded and merged" }, h("h2", {}, "Superseded and merged"), lineage(m, userId, events)),
     );
   }
-  view.append(h("section", { "aria-label": "History" }, h("h2", {}, "History"),
+  append(view, h("section", { "aria-label": "History" }, h("h2", {}, "History"),
     history.status === "rejected" ? problem(history.reason) : historyTable(events)));
 }
 
@@ -68,7 +68,7 @@ function actions(m, userId, out, refresh, go) {
       if (content.value !== m.content) change.content = content.value;
       if (type.value !== m.memory_type) change.memory_type = type.value;
       if (Number(importance.value) !== m.importance) change.importance = Number(importance.value);
-      if (!Object.keys(change).length) { out.replaceChildren(notice("Nothing changed.")); return; }
+      if (!Object.keys(change).length) { fill(out, notice("Nothing changed.")); return; }
       act(save, out, async () => { await api.patch(userId, m.id, change); done("Saved."); });
     } }, field("Content", content), field("Type", type), field("Importance (0 to 1)", importance), save));
 
@@ -108,23 +108,23 @@ function origins(m, userId, events) {
   const turns = (m.source_ids ?? []).filter((id) => !absorbed.has(id));
   const jobs = [...new Set(events.map((e) => e.job_id ?? e.after?.job_id).filter(Boolean))];
   const created = events.find((e) => e.action === "created");
-  out.append(facts([
+  append(out, facts([
     ["Stored by", created ? `${created.actor}, ${when(created.created_at)}` : "—"],
     ["Job", jobs.length ? jobs.map((id) => h("a", { href: route("job", id) }, id)) : "—"],
     ["Source turns", turns.length ? `${turns.length}` : "none (written directly)"],
   ]));
   if (turns.length && m.session_id) {
     const list = h("ol", { class: "turns" }, h("li", { class: "muted" }, "Loading the session's turns…"));
-    out.append(list);
+    append(out, list);
     api.sessionMessages(userId, m.session_id).then((answer) => {
       const wanted = new Set(turns);
       const found = answer.messages.filter((t) => wanted.has(t.message_id));
-      list.replaceChildren(...(found.length ? found.map((t) => h("li", {}, h("span", { class: "role" }, t.role), " ",
+      fill(list, ...(found.length ? found.map((t) => h("li", {}, h("span", { class: "role" }, t.role), " ",
         h("span", { class: "muted" }, when(t.created_at)), h("p", {}, t.content)))
         : [h("li", { class: "muted" }, `Not among the session's latest turns: ${turns.join(", ")}`)]));
-    }, (error) => list.replaceChildren(h("li", {}, problem(error))));
+    }, (error) => fill(list, h("li", {}, problem(error))));
   } else if (turns.length) {
-    out.append(h("p", { class: "muted ids" }, `Turns ${turns.join(", ")} (no session recorded).`));
+    append(out, h("p", { class: "muted ids" }, `Turns ${turns.join(", ")} (no session recorded).`));
   }
   return out;
 }
@@ -137,12 +137,12 @@ function lineage(m, userId, events) {
     ["Superseded by", m.superseded_by ? link(m.superseded_by) : "nothing"],
   ]));
   const replaced = h("p", { class: "muted" }, "Looking for what it replaced…");
-  out.append(replaced);
+  append(out, replaced);
   api.memories({ user_id: userId, status: "superseded", limit: 1000 }).then((page) => {
     const older = page.memories.filter((o) => o.superseded_by === m.id && !merged.includes(o.id));
-    replaced.replaceChildren(older.length ? h("span", {}, "It superseded: ", older.map((o, i) =>
+    fill(replaced, older.length ? h("span", {}, "It superseded: ", older.map((o, i) =>
       [i ? ", " : "", link(o.id), ` (“${o.content}”)`])) : "It superseded no other memory.");
-  }, (error) => replaced.replaceChildren(problem(error)));
+  }, (error) => fill(replaced, problem(error)));
   return out;
 }
 

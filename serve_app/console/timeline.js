@@ -2,7 +2,7 @@
 // shows what their memory held at any moment (the API's `as_of`). Erased content never appears:
 // the server keeps none, and an event without content shows none.
 import { api } from "./api.js";
-import { h, route, svg, table, when, withQuery } from "./dom.js";
+import { append, fill, h, route, svg, table, when, withQuery } from "./dom.js";
 import { heading, problem } from "./ui.js";
 
 const MAX_PAGES = 20; // of 500 events: the replay covers a user's latest 10,000 changes at most
@@ -10,9 +10,9 @@ const WIDTH = 1000;
 
 export async function render(view, { segments, params, replace }) {
   const userId = segments[1];
-  view.append(...heading(`Timeline of ${userId}`, [["Users", "#/users"], [`User ${userId}`, route("user", userId)]]));
+  append(view, ...heading(`Timeline of ${userId}`, [["Users", "#/users"], [`User ${userId}`, route("user", userId)]]));
   const status = h("p", { class: "muted" }, "Loading the timeline…");
-  view.append(status);
+  append(view, status);
   let events;
   try {
     events = await allEvents(userId);
@@ -64,7 +64,7 @@ export async function render(view, { segments, params, replace }) {
     cursor.setAttribute("x1", x(e));
     cursor.setAttribute("x2", x(e));
     marks.forEach((m, j) => m.classList.toggle("current", j === i));
-    recent.replaceChildren(h("h2", {}, "Changes up to this moment"), changes(events.slice(Math.max(0, i - 19), i + 1).reverse(), userId));
+    fill(recent, h("h2", {}, "Changes up to this moment"), changes(events.slice(Math.max(0, i - 19), i + 1).reverse(), userId));
     clearTimeout(timer);
     const ask = ++asked;
     timer = setTimeout(async () => {
@@ -73,12 +73,12 @@ export async function render(view, { segments, params, replace }) {
       try {
         page = await api.memories({ user_id: userId, as_of: e.at, limit: 200 });
       } catch (error) {
-        if (ask === asked) held.replaceChildren(problem(error));
+        if (ask === asked) fill(held, problem(error));
         return;
       }
       if (ask !== asked) return;
       const memories = page.memories ?? [];
-      held.replaceChildren(h("h2", {}, `Held at ${when(e.at)}: ${memories.length}${page.next_cursor ? "+" : ""} memories`),
+      fill(held, h("h2", {}, `Held at ${when(e.at)}: ${memories.length}${page.next_cursor ? "+" : ""} memories`),
         memories.length ? h("ul", { class: "held-list" }, memories.map((m) => h("li", {},
           h("a", { href: route("user", userId, "memory", m.id) }, m.content), " ",
           h("span", { class: "muted" }, m.memory_type)))) : h("p", { class: "muted" }, "Nothing held at this moment."));

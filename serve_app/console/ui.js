@@ -1,6 +1,6 @@
 // What every page shows the same way: errors from the server, notices, paging, form fields.
 import { ApiError } from "./api.js";
-import { h } from "./dom.js";
+import { fill, h } from "./dom.js";
 
 /** The server's refusal or error, shown as it said it (status, code, message). */
 export function problem(error) {
@@ -55,7 +55,7 @@ export async function act(button, out, work) {
   try {
     return await work();
   } catch (error) {
-    out.replaceChildren(problem(error));
+    fill(out, problem(error));
     return undefined;
   } finally {
     button.disabled = false;

@@ -1,6 +1,6 @@
 // An org's users: search by id prefix, counts of memories by status and type, last activity, paging.
 import { api } from "./api.js";
-import { h, route, table, when, withQuery } from "./dom.js";
+import { append, fill, h, route, table, when, withQuery } from "./dom.js";
 import { field, heading, pager, problem } from "./ui.js";
 
 export async function render(view, { params, go }) {
@@ -9,7 +9,7 @@ export async function render(view, { params, go }) {
   const search = h("input", { type: "search", name: "prefix", value: prefix, autocomplete: "off" });
   const open = h("input", { type: "text", name: "user_id", autocomplete: "off" });
   const results = h("div", { class: "results" }, h("p", { class: "muted" }, "Loading users…"));
-  view.append(
+  append(view, 
     ...heading("Users"),
     h("div", { class: "toolbar" },
       h("form", { role: "search", class: "inline", onsubmit: (e) => {
@@ -26,7 +26,7 @@ export async function render(view, { params, go }) {
   try {
     page = await api.users({ limit: 50, prefix, cursor });
   } catch (error) {
-    results.replaceChildren(problem(error));
+    fill(results, problem(error));
     return;
   }
   const users = page.users ?? [];
@@ -36,7 +36,7 @@ export async function render(view, { params, go }) {
     counts(u.by_type, ["episodic", "semantic", "procedural"]),
     when(u.last_activity),
   ]);
-  results.replaceChildren(
+  fill(results, 
     users.length ? table(prefix ? `Users whose id starts with “${prefix}”` : "Users, by id",
       ["User", "Memories", "By type", "Last activity"], rows)
       : h("p", { class: "muted" }, prefix ? `No user id starts with “${prefix}”.` : "This org has no users yet."),

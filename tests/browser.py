@@ -27,6 +27,14 @@ WAIT_S = 300
 SHOWN_MS = 30_000
 
 
+def expect(actual: Any, message: str | None = None) -> Any:
+    """Playwright's `expect`, imported when a browser test runs: the test modules load (and their unit
+    tests run) where Playwright is not installed."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(actual, message)
+
+
 def unique_user(tag: str = "console") -> str:
     return f"{tag}-{uuid.uuid4().hex[:10]}"
 
@@ -42,8 +50,10 @@ def wait_job(client: Any, job_id: str) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     """The system's Chromium, headless, for the whole session."""
-    from playwright.sync_api import expect, sync_playwright
-
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        pytest.fail("Playwright is not installed: pip install -e '.[dev]' (make test does)")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: install it (apt-get install chromium; .ci/run does) "
                     "or name another with AGENT_MEMORY_CHROMIUM")
@@ -81,8 +91,6 @@ class Console:
         self.page.locator("section.page[data-ready]").wait_for(timeout=SHOWN_MS)
 
     def sign_in(self, key: str | None) -> Any:
-        from playwright.sync_api import expect
-
         page = self.page
         page.goto(f"{self.url}/console/")
         page.get_by_label("API key").fill(key or "")

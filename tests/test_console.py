@@ -10,9 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from playwright.sync_api import expect
 
-from tests.browser import unique_user, wait_job
+from tests.browser import expect, unique_user, wait_job
 
 CONSOLE = Path(__file__).resolve().parents[1] / "serve_app" / "console"
 

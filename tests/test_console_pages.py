@@ -8,10 +8,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from playwright.sync_api import expect
-
 from benchmarks.console_first_page import first_page_timings, seed_memories, seeding_client
-from tests.browser import NARROW, WIDE, screenshot, unique_user, wait_job
+from tests.browser import NARROW, WIDE, expect, screenshot, unique_user, wait_job
 from tests.test_console import flip, seed
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -125,6 +125,16 @@ API_KEYS = {
 }
 
 
+# Keys of agents (org, role, agent): they write as their agent and read the shared memories and their own.
+AGENT_KEYS = {
+    "acme-planner": ("acme", "writer", "planner"),
+    "acme-support": ("acme", "writer", "support"),
+    "acme-support-admin": ("acme", "admin", "support"),
+}
+# Feedback votes a minute per key on the shared app (tests/test_console_api.py runs into it).
+FEEDBACK_PER_MINUTE = 20
+
+
 # A memory quota for an org that only tests/test_serve_keys.py writes to.
 QUOTAS = {"quota-org": 3, "quota-shards": 3}
 
@@ -153,12 +163,13 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
     keys_file = root / "keys.json"
     keys_file.write_text(json.dumps({"keys": [
         {"key": key, "org_id": org, "role": role, "name": key} for key, (org, role) in API_KEYS.items()
-    ]}))
+    ] + [{"key": key, "org_id": org, "role": role, "name": key, "agent_id": agent}
+         for key, (org, role, agent) in AGENT_KEYS.items()]}))
     settings = Settings(  # type: ignore[call-arg]
         storage_uri=str(root / "lancedb"), api_keys_file=keys_file, max_body_bytes=200_000,
         import_root=str(root / "imports"), quota_memories_by_org=QUOTAS,
         # An erasure's purge waits for one flush of the recall hits: keep it short here.
-        access_flush_seconds=2.0,
+        access_flush_seconds=2.0, feedback_rate_limit_per_minute=FEEDBACK_PER_MINUTE,
         # Two Writer shards: every HTTP test writes through them (tests/test_writer_shards.py).
         writer_shards=2, _env_file=None,
     )

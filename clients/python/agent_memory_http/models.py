@@ -203,6 +203,49 @@ class JobAccepted(_Answer):
     job_id: str = Field(description="Follow it at `GET /v1/jobs/{job_id}`.")
 
 
+class PlannedMemory(_Answer):
+    """A memory a consolidation dry run would merge: its id and text."""
+
+    id: str = Field(description="The memory's id.")
+    content: str = Field(description="Its text.")
+
+
+class PlanLink(_Answer):
+    """Why a dry run took two memories of a cluster for one fact."""
+
+    a: str = Field(description="One memory's id.")
+    b: str = Field(description="The other's.")
+    reason: str = Field(description="Why, in words (`the same text`, `close in meaning ...`).")
+    cosine: float | None = Field(None, description="Their vectors' cosine.")
+    lexical: float | None = Field(None, description="How much of their words they share, 0..1.")
+
+
+class PlanCluster(_Answer):
+    """One merge a consolidation run would make: the canonical memory and the members it absorbs."""
+
+    user_id: str = Field(description="Whose memories.")
+    canonical: PlannedMemory = Field(description="The memory that stays.")
+    members: list[PlannedMemory] = Field(description="Every memory of the cluster, the canonical one first.")
+    min_similarity: float = Field(description="The lowest similarity of two members.")
+    links: list[PlanLink] = Field(default_factory=list, description="The linked pairs, each with why.")
+    why: str = Field(description="Why they merge, in words.")
+
+
+class ConsolidationPlan(_Answer):
+    """A consolidation dry run's report (`Job.plan`): what a run would do, and the merges."""
+
+    dry_run: bool = Field(True, description="Always true: nothing was changed.")
+    users: int = Field(0, description="Users planned.")
+    clusters_found: int = Field(0, description="Merges a run would make.")
+    memories_merged: int = Field(0, description="Memories they would absorb.")
+    expired: int = Field(0, description="Memories a run would expire.")
+    decayed: int = Field(0, description="Memories whose importance a run would decay.")
+    purged: int = Field(0, description="Retired memories past retention a run would delete.")
+    clusters: list[PlanCluster] = Field(default_factory=list, description="The merges (at most 500).")
+    clusters_shown: int = Field(0, description="How many `clusters` holds.")
+    clusters_left_out: int = Field(0, description="Merges beyond those shown.")
+
+
 class Job(_Answer):
     """A background job: conversation extraction, import, consolidation, erasure, ..."""
 
@@ -219,6 +262,14 @@ class Job(_Answer):
     def done(self) -> bool:
         """Whether the job has ended, well or not."""
         return self.state in ("succeeded", "failed")
+
+    @property
+    def plan(self) -> ConsolidationPlan | None:
+        """A consolidation dry run's report, typed (None for any other job, or before it ends). Read
+        with an agent's key or a key kept to teams, it has no `clusters`."""
+        if self.kind != "consolidation" or not (self.report or {}).get("dry_run") or self.state != "succeeded":
+            return None
+        return ConsolidationPlan.model_validate(self.report)
 
 
 class JobPage(_Answer):

@@ -214,14 +214,25 @@ class MemoryService:
         """One page of the user's timeline, oldest first: every change of their memories (that the
         scope's viewer may read) with the text and status after it (agent_memory.timeline), and the
         cursor of the next page."""
-        events = self.store.user_events(scope)
+        since, until = query_time("since", since), query_time("until", until)
+        chosen: dict[str, Any] = {}
+
+        def select(keys: list[dict[str, Any]]) -> set[str]:
+            # The page is cut on the events' keys; only its events, and every event of the memories
+            # it shows (their text is replayed from them), are read whole.
+            page, chosen["cursor"] = page_of(keys, since=since, until=until, limit=limit, cursor=cursor)
+            chosen["page"] = [k["id"] for k in page]
+            memories = {k["memory_id"] for k in page if k["memory_id"] is not None}
+            return {k["id"] for k in keys if k["memory_id"] in memories} | set(chosen["page"])
+
+        events = self.store.user_events(scope, select)
         stated = {e.memory_id for e in events if e.action == "created" or (e.action == "merged" and e.after
                                                                          and "content" in e.after)}
         unstated = sorted({e.memory_id for e in events if e.memory_id is not None} - stated)
         stored = {r.id: r for chunk in range(0, len(unstated), 1000)
                   for r in self.store.get_memories(scope, unstated[chunk:chunk + 1000])}
-        return page_of(timeline_events(events, stored), since=query_time("since", since),
-                       until=query_time("until", until), limit=limit, cursor=cursor)
+        shown = {e["id"]: e for e in timeline_events(events, stored)}
+        return [shown[i] for i in chosen["page"]], chosen["cursor"]
 
     def erase_user(self, org_id: str, user_id: str, *, actor: str = "api", purge: bool = True) -> dict[str, Any]:
         """Erase a user, unrecoverably: open the erasure's job (its report is the receipt), delete

@@ -15,6 +15,9 @@ import numpy as np
 
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, OrgScope, Scope, WriteScope
 
+# Which of a user's events to read whole, given each event's id, time and memory, oldest first.
+EventSelection = Callable[[list[dict[str, Any]]], set[str]]
+
 
 @dataclass(frozen=True)
 class RecallFilter:
@@ -233,8 +236,9 @@ class MemoryStore(Protocol):
         """Log messages (insert-if-absent on row id); return the ids inserted."""
         ...
 
-    def user_events(self, scope: Scope) -> list[MemoryEvent]:
-        """Every audit event of the scope's user, oldest first."""
+    def user_events(self, scope: Scope, select: EventSelection | None = None) -> list[MemoryEvent]:
+        """Every audit event of the scope's user, oldest first; `select` picks which of them to
+        read whole from each event's `{"id", "at", "memory_id"}` (default: all)."""
         ...
 
     def user_messages(self, scope: Scope) -> list[MessageRecord]:

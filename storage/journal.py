@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.models import MemoryEvent, MessageRecord, OrgScope, Scope, WriteScope
+from agent_memory.store import EventSelection
 from storage import schema as sc
 from storage.filters import Where, scoped
 from storage.memory_rows import check_within, decode_cursor, encode_cursor
@@ -52,11 +53,17 @@ class Journal:
         events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
         return events
 
-    def user_events(self, scope: Scope) -> list[MemoryEvent]:
-        """Every audit event of the scope's user, oldest first (as `memory_events` orders them)."""
-        events = [sc.event_record(r) for r in self.tables.rows(sc.EVENTS, events_where(scope))]
-        events.sort(key=lambda e: (e.created_at, e.action != "created", e.id))
-        return events
+    def user_events(self, scope: Scope, select: EventSelection | None = None) -> list[MemoryEvent]:
+        """Every audit event of the scope's user, oldest first (as `memory_events` orders them).
+
+        `select` picks which to read whole: given every event's `{"id", "at", "memory_id"}` in that
+        order, the ids of the events to return (their JSON is parsed only then)."""
+        rows = self.tables.rows(sc.EVENTS, events_where(scope))
+        rows.sort(key=lambda r: (r["created_at"], r["action"] != "created", r["id"]))
+        if select is not None:
+            keep = select([{"id": r["id"], "at": r["created_at"], "memory_id": r["memory_id"]} for r in rows])
+            rows = [r for r in rows if r["id"] in keep]
+        return [sc.event_record(r) for r in rows]
 
     def user_messages(self, scope: Scope) -> list[MessageRecord]:
         """Every logged turn of the scope's user, by session, oldest first."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, OrgScope, Scope, WriteScope
 from agent_memory.settings import Settings
-from agent_memory.store import Candidate, Page, RecallFilter, Retrieved
+from agent_memory.store import Candidate, EventSelection, Page, RecallFilter, Retrieved
 from storage import schema as sc
 from storage.access_log import AccessLog
 from storage.directory import user_page
@@ -158,8 +158,8 @@ class LanceStore:
         """The audit events of one memory inside the scope, oldest first."""
         return self.journal.memory_events(scope, memory_id)
 
-    def user_events(self, scope: Scope) -> list[MemoryEvent]:
-        return self.journal.user_events(scope)
+    def user_events(self, scope: Scope, select: EventSelection | None = None) -> list[MemoryEvent]:
+        return self.journal.user_events(scope, select)
 
     def user_messages(self, scope: Scope) -> list[MessageRecord]:
         return self.journal.user_messages(scope)

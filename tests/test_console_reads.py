@@ -62,6 +62,16 @@ def test_the_timeline_replays_every_change_with_the_text_after_it(service: Memor
     first, cursor = service.timeline(U, limit=3)
     second, last = service.timeline(U, limit=10, cursor=cursor)
     assert [e["id"] for e in first + second] == [e["id"] for e in events] and last is None
+    # A page reads whole only its events and those of its memories: every page of every size says
+    # what the whole timeline says of its events.
+    for size in range(1, len(events) + 1):
+        pages, cursor = [], None
+        while True:
+            page, cursor = service.timeline(U, limit=size, cursor=cursor)
+            pages += page
+            if cursor is None:
+                break
+        assert pages == events, size
     window, _ = service.timeline(U, since=made["t1"], until=made["t3"])
     assert [e["action"] for e in window] == ["updated", "merged", "superseded", "feedback"]
     for bad in ({"limit": 0}, {"cursor": "nope"}, {"since": made["t3"], "until": made["t1"]}):

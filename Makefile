@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test test-fast bootstrap lint bench eval sample fuzz clean check-names
+.PHONY: run test test-fast bootstrap lint bench bench-console console-screenshots eval sample fuzz clean check-names
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ sample:
 
 bench: $(STAMP)
 	$(PY) benchmarks/recall_latency.py
+
+# The console's first page of a user with 10,000 memories, in the system's Chromium (docs/console.md).
+bench-console: $(STAMP)
+	$(PY) benchmarks/console_first_page.py
+
+# The console's pages at both widths, their screenshots written to docs/console (docs/console.md).
+console-screenshots: $(STAMP)
+	CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q tests/test_console_pages.py -k fit
 
 # Over 1,000 generated requests (schemathesis, derandomized) against every endpoint of the real app,
 # started on loopback by the test fixtures, with a key of org globex; no 5xx, errors as documented.

@@ -24,7 +24,7 @@ from serve_app.docs import add_docs
 from serve_app.embedder import query_embedder
 from serve_app.errors import add_error_handlers
 from serve_app.middleware import STATE, RequestContext, prepare_state
-from serve_app.routes import conversations, health, jobs, memories, users
+from serve_app.routes import console, conversations, health, jobs, memories, users
 from serve_app.shards import WriterShards
 from storage import open_store
 from storage.connect import open_service
@@ -47,7 +47,7 @@ app = FastAPI(
 add_error_handlers(app)
 add_docs(app)
 app.add_middleware(RequestContext)
-ROUTES = (health, memories, users, conversations, jobs)
+ROUTES = (health, memories, users, conversations, jobs, console)
 for module in ROUTES:
     app.include_router(module.router)
 

@@ -24,7 +24,8 @@ from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ("tests.tiers", "pytester")  # pytester: tests/test_tiers.py runs a pytest of its own
+pytest_plugins = ("tests.tiers", "pytester", "tests.browser")  # pytester: tests/test_tiers.py runs a pytest of its own;
+# tests.browser: the system Chromium for the console's tests
 
 
 class Clock:

@@ -1,4 +1,5 @@
-"""The HTTP routes, one module per resource: health, memories, users, conversations, jobs.
+"""The HTTP routes, one module per resource: health, memories, users, conversations, jobs; and the
+console's static pages (console).
 
 Each module holds an `APIRouter` and a class of route methods; `serve_app.ingress` makes the
 deployment class of all of them (Serve calls a route with the replica's instance as `self`).

@@ -15,6 +15,7 @@ from agent_memory.rules import said_sentences
 from agent_memory.text import comparable, terms
 
 MODES = ("hybrid", "dense", "keyword")
+SESSION_CUTS = (5, 10)
 
 
 def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
@@ -45,7 +46,8 @@ def load_questions(path: str | Path) -> list[dict[str, Any]]:
     return questions
 
 
-def _metrics(ranked_sources: list[list[str]], evidence: set[str], top_k: int) -> dict[str, float]:
+def turn_metrics(ranked_sources: list[list[str]], evidence: set[str], top_k: int) -> dict[str, float]:
+    """recall@5, recall@10 (the share of evidence turns in the top k) and MRR of one ranking."""
     def recall_at(k: int) -> float:
         found = {s for sources in ranked_sources[:k] for s in sources} & evidence
         return len(found) / len(evidence)
@@ -56,6 +58,23 @@ def _metrics(ranked_sources: list[list[str]], evidence: set[str], top_k: int) ->
             mrr = 1.0 / rank
             break
     return {"recall@5": recall_at(5), "recall@10": recall_at(10), "mrr": mrr}
+
+
+def answer_sessions(evidence: Iterable[str], session_of: dict[str, str]) -> set[str]:
+    """The sessions that hold a question's evidence turns (none where the history names no session)."""
+    return {session_of[e] for e in evidence if e in session_of}
+
+
+def session_metrics(ranked_sessions: list[list[str]], wanted: set[str]) -> dict[str, float]:
+    """LongMemEval's session-level scores: the ranked turns mapped to their sessions, each session at
+    the rank of its first turn; any@k = some answer session in the top k sessions, all@k = all of them."""
+    order = list(dict.fromkeys(s for sessions in ranked_sessions for s in sessions))
+    out = {}
+    for k in SESSION_CUTS:
+        top = set(order[:k])
+        out[f"any@{k}"] = float(bool(top & wanted))
+        out[f"all@{k}"] = float(wanted <= top)
+    return out
 
 
 def _mean(rows: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -90,7 +109,7 @@ def evaluate_recall(
             result = service.recall(org_id, {"user_id": item["user_id"], "query": item["question"], "top_k": depth,
                                              "mode": mode, "min_score": 0})
             ranked = [hit.source_ids for hit in result.memories]
-            metrics = _metrics(ranked, evidence, top_k)
+            metrics = turn_metrics(ranked, evidence, top_k)
             per_mode[mode].append(metrics)
             bucket[mode].append(metrics)
             if mode == "hybrid":

@@ -4,6 +4,7 @@ floor, and the hits' display fields; recall hits go to the access recorder."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +40,6 @@ class Recaller:
         self.settings = settings
         self.access = access
         self.clock = clock
-        self.weights = scoring.Weights.from_settings(settings)
 
     def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
                visible_teams: Collection[str] | None = None) -> RecallResult:
@@ -85,7 +85,8 @@ class Recaller:
             dense_limit=max(pool, self.settings.recall.dense_depth), keyword_limit=pool,
         )
         floor = q.min_score if q.min_score is not None else self.settings.recall.min_score
-        ranked = self.rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, floor)
+        asked = Asked.of(q.query, as_of=now)
+        ranked = rank(found.pool, asked, query_oov, self.settings, q.mode if not degraded else "keyword", q.top_k, floor)
         records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
         kept = [(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records]
         # Each hit counts for its memory's access, by the memory's user (a team's hits span users).
@@ -96,26 +97,38 @@ class Recaller:
             self.access.record(org_id, user_id, ids)
         return RecallResult(memories=[recall_hit(*hit) for hit in kept], degraded=degraded)
 
-    def rank(
-        self, pool: Pool, query_oov: float, now: datetime, mode: str, top_k: int, min_score: float
-    ) -> list[tuple[str, float, ScoreParts]]:
-        """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
+@dataclass(frozen=True)
+class Asked:
+    """What recall reads of a question besides its terms and vector: when it is asked."""
 
-        The whole pool is scored with array arithmetic; ties go to the smaller id.
-        """
-        weights = self.weights.for_mode(mode)  # type: ignore[arg-type]
-        parts = scoring.ScoreArrays(
-            semantic=scoring.semantic(pool.cosine, self.settings.recall.semantic_scale) if mode != "keyword"
-            else np.zeros(len(pool.ids)),
-            keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, self.settings.recall.keyword_scale),
-            recency=scoring.recency(pool.created_at, as_utc(now).timestamp(), self.settings.recall.recency_half_life_days),
-            importance=pool.importance,
-        )
-        readable = scoring.readable_share(query_oov, pool.oov, self.settings.recall.oov_full_share)
-        scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()
-        kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
-        best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
-        return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]
+    text: str
+    as_of: datetime
+
+    @classmethod
+    def of(cls, text: str, *, as_of: datetime) -> Asked:
+        return cls(text, as_utc(as_of))
+
+
+def rank(
+    pool: Pool, asked: Asked, query_oov: float, settings: Settings, mode: str, top_k: int, min_score: float
+) -> list[tuple[str, float, ScoreParts]]:
+    """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
+
+    The whole pool is scored with array arithmetic; ties go to the smaller id.
+    """
+    weights = scoring.Weights.from_settings(settings).for_mode(mode)  # type: ignore[arg-type]
+    parts = scoring.ScoreArrays(
+        semantic=scoring.semantic(pool.cosine, settings.recall.semantic_scale) if mode != "keyword"
+        else np.zeros(len(pool.ids)),
+        keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, settings.recall.keyword_scale),
+        recency=scoring.recency(pool.created_at, asked.as_of.timestamp(), settings.recall.recency_half_life_days),
+        importance=pool.importance,
+    )
+    readable = scoring.readable_share(query_oov, pool.oov, settings.recall.oov_full_share)
+    scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()
+    kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
+    best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
+    return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]
 
 
 def recall_hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallHit:

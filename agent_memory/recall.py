@@ -117,15 +117,18 @@ def rank(
     The whole pool is scored with array arithmetic; ties go to the smaller id.
     """
     weights = scoring.Weights.from_settings(settings).for_mode(mode)  # type: ignore[arg-type]
+    readable = scoring.readable_share(query_oov, pool.oov, settings.recall.oov_full_share)
     parts = scoring.ScoreArrays(
-        semantic=scoring.semantic(pool.cosine, settings.recall.semantic_scale) if mode != "keyword"
+        semantic=scoring.semantic(pool.cosine, settings.recall.semantic_scale, readable) if mode != "keyword"
         else np.zeros(len(pool.ids)),
         keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, settings.recall.keyword_scale),
         recency=scoring.recency(pool.created_at, asked.as_of.timestamp(), settings.recall.recency_half_life_days),
         importance=pool.importance,
     )
-    readable = scoring.readable_share(query_oov, pool.oov, settings.recall.oov_full_share)
-    scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()
+    # Dense-only recall has no keywords to hand an unreadable pair's weight to: the model's cosine
+    # is all there is, and it keeps its full weight.
+    trust = scoring.semantic_trust(readable, settings.recall.unread_semantic_weight) if mode != "dense" else 1.0
+    scores = np.round(scoring.fuse(parts, weights, trust), 6).tolist()
     kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
     best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
     return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]

@@ -70,11 +70,21 @@ def recency(created_at: np.ndarray, now: float, half_life_days: float) -> np.nda
     return np.exp(-math.log(2) * age_days / half_life_days)
 
 
-def semantic(cosine: np.ndarray, scale: float = 0.0) -> np.ndarray:
+def semantic(cosine: np.ndarray, scale: float = 0.0, readable: np.ndarray | float = 1.0) -> np.ndarray:
     """Cosine similarity relative to the best of the pool, 0..1; a best match under `scale` counts
     as that weak (the best of unrelated texts is not made a perfect match). NaN, not found by the
-    vector retriever, is 0."""
+    vector retriever, is 0.
+
+    Where the model reads little of a pair (`readable` under 1: mostly `[UNK]` tokens), what two
+    texts share of `[UNK]` makes every cosine high (0.6 for any two Chinese texts with the bundled
+    model): the part of a cosine that the pool's median holds is taken off in that share, so the
+    little the model does see (Latin words, numbers, the characters it knows) still ranks.
+    """
     values = np.clip(np.nan_to_num(np.asarray(cosine, dtype=np.float64), nan=0.0), 0.0, 1.0)
+    found = values[~np.isnan(np.asarray(cosine, dtype=np.float64))] if values.size else values
+    unread = 1.0 - np.asarray(readable, dtype=np.float64)
+    if found.size and np.any(unread > 0):
+        values = np.maximum(0.0, values - unread * float(np.median(found)))
     top = max(float(values.max()) if values.size else 0.0, scale)
     return values / top if top > 0 else values
 
@@ -150,6 +160,12 @@ def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) 
     """How much the embedding model reads of a query-memory pair: 1 fully, 0 not at all."""
     worst = np.maximum(query_oov, np.asarray(memory_oov, dtype=np.float64))
     return np.maximum(0.0, 1.0 - np.minimum(1.0, worst / full_share))
+
+
+def semantic_trust(readable: np.ndarray, unread_weight: float) -> np.ndarray:
+    """The share of the semantic weight a pair keeps: all of it where the model reads both texts,
+    `unread_weight` of it where it reads neither (keywords carry the rest)."""
+    return unread_weight + (1.0 - unread_weight) * np.asarray(readable, dtype=np.float64)
 
 
 def fuse(parts: ScoreArrays, weights: Weights, readable: np.ndarray | float = 1.0) -> np.ndarray:

@@ -265,6 +265,9 @@ class RecallSettings(Group):
                           description="A user with at most this many matching memories is scored in process from one scan.")
     oov_full_share: float = Field(0.5, gt=0, le=1,
                                   description="Share of [UNK] tokens above which the model is taken not to read a text.")
+    unread_semantic_weight: float = Field(0.0, ge=0, le=1,
+                                          description="Share of the semantic weight kept where the model reads neither "
+                                                      "text of a pair (the rest goes to keywords).")
     context_turns: int = Field(2, ge=0, le=10, description="Preceding turns in a raw memory's keywords.")
     context_max_terms: int = Field(200, ge=0, description="Turns with more terms than this are indexed without context.")
     content_boost: int = Field(2, ge=1, le=5, description="How many times a memory's own terms count against its context's.")

@@ -4,13 +4,13 @@ floor, and the hits' display fields; recall hits go to the access recorder."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from agent_memory import scoring
+from agent_memory import scoring, spread
 from agent_memory.access import AccessRecorder
 from agent_memory.embedding import Embedder
 from agent_memory.errors import InvalidInputError, UnavailableError
@@ -83,6 +83,7 @@ class Recaller:
         found = self.store.search(
             scope, query_vector, keywords if q.mode != "dense" else "", recall_filter,
             dense_limit=max(pool, self.settings.recall.dense_depth), keyword_limit=pool,
+            turns=spread.wanted(self.settings.recall),
         )
         floor = q.min_score if q.min_score is not None else self.settings.recall.min_score
         asked = Asked.of(q.query, as_of=now)
@@ -114,24 +115,41 @@ def rank(
 ) -> list[tuple[str, float, ScoreParts]]:
     """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
 
-    The whole pool is scored with array arithmetic; ties go to the smaller id.
+    The whole pool is scored with array arithmetic, then spread over turns where the pool knows
+    them (`agent_memory.spread`); ties go to the smaller id.
     """
+    config = settings.recall
     weights = scoring.Weights.from_settings(settings).for_mode(mode)  # type: ignore[arg-type]
-    readable = scoring.readable_share(query_oov, pool.oov, settings.recall.oov_full_share)
+    readable = scoring.readable_share(query_oov, pool.oov, config.oov_full_share)
+    cosine = pool.cosine
     parts = scoring.ScoreArrays(
-        semantic=scoring.semantic(pool.cosine, settings.recall.semantic_scale, readable) if mode != "keyword"
+        semantic=scoring.semantic(cosine, config.semantic_scale, readable) if mode != "keyword"
         else np.zeros(len(pool.ids)),
-        keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, settings.recall.keyword_scale),
-        recency=scoring.recency(pool.created_at, asked.as_of.timestamp(), settings.recall.recency_half_life_days),
+        keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, config.keyword_scale),
+        recency=scoring.recency(pool.created_at, asked.as_of.timestamp(), config.recency_half_life_days),
         importance=pool.importance,
     )
     # Dense-only recall has no keywords to hand an unreadable pair's weight to: the model's cosine
     # is all there is, and it keeps its full weight.
-    trust = scoring.semantic_trust(readable, settings.recall.unread_semantic_weight) if mode != "dense" else 1.0
-    scores = np.round(scoring.fuse(parts, weights, trust), 6).tolist()
+    trust = scoring.semantic_trust(readable, config.unread_semantic_weight) if mode != "dense" else 1.0
+    fused = scoring.fuse(parts, weights, trust)
+    turns = pool.turns
+    if turns is not None:
+        if mode != "keyword" and config.feedback_depth > 0 and config.feedback_weight > 0:
+            cosine = spread.feedback_cosine(cosine, fused, turns, config.feedback_depth, config.feedback_weight)
+            parts = replace(parts, semantic=scoring.semantic(cosine, config.semantic_scale, readable))
+            fused = scoring.fuse(parts, weights, trust)
+        if config.session_weight > 0:
+            relevance = spread.session_relevance(turns, weights, trust if mode != "keyword" else 0.0,
+                                                 config.semantic_scale)
+            fused = spread.lift_sessions(fused, relevance, config.session_weight)
+        fused = spread.lift_neighbours(fused, turns, config.neighbour_share)
+    scores = np.round(fused, 6).tolist()
     kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
-    best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
-    return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]
+    best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))
+    if turns is not None and config.diversity > 0:
+        best = spread.diverse_top(best, fused, turns.vectors, top_k, config.diversity)
+    return [(pool.ids[i], scores[i], parts.parts(i)) for i in best[:top_k]]
 
 
 def recall_hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallHit:

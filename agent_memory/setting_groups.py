@@ -268,6 +268,16 @@ class RecallSettings(Group):
     unread_semantic_weight: float = Field(0.0, ge=0, le=1,
                                           description="Share of the semantic weight kept where the model reads neither "
                                                       "text of a pair (the rest goes to keywords).")
+    feedback_depth: int = env("recall_feedback_depth", 0, ge=0, le=50,
+                              description="Best memories whose mean vector the query moves towards (0: no feedback).")
+    feedback_weight: float = env("recall_feedback_weight", 0.0, ge=0, le=5,
+                                 description="How far the query moves towards them.")
+    session_weight: float = env("recall_session_weight", 0.0, ge=0, le=1,
+                                description="Share of a memory's score given by how well its whole session matches.")
+    neighbour_share: float = env("recall_neighbour_share", 0.0, ge=0, le=1,
+                                 description="A turn scores at least this share of the better of the turns beside it.")
+    diversity: float = env("recall_diversity", 0.0, ge=0, le=1,
+                           description="Maximal marginal relevance: the weight of a hit's likeness to those above it.")
     context_turns: int = Field(2, ge=0, le=10, description="Preceding turns in a raw memory's keywords.")
     context_max_terms: int = Field(200, ge=0, description="Turns with more terms than this are indexed without context.")
     content_boost: int = Field(2, ge=1, le=5, description="How many times a memory's own terms count against its context's.")

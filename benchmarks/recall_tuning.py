@@ -35,7 +35,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from agent_memory import recall  # noqa: E402
+from agent_memory import recall, spread  # noqa: E402
 from agent_memory.errors import InvalidInputError  # noqa: E402
 from agent_memory.evaluation import answer_sessions, load_questions, session_metrics, turn_metrics  # noqa: E402
 from agent_memory.history import parse_file  # noqa: E402
@@ -66,6 +66,7 @@ class VectorCache:
             self.vectors = list(data["vectors"])
             self.oov = data["oov"].tolist()
         self.dirty = False
+        self.saved_at = time.perf_counter()
 
     @staticmethod
     def key(text: str) -> str:
@@ -92,7 +93,7 @@ class VectorCache:
                 self.dirty = True
                 print(f"  embedded {min(at + batch, len(missing))}/{len(missing)} "
                       f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-                if (at // batch) % 20 == 19:
+                if time.perf_counter() - self.saved_at > 120:
                     self.save()
         rows = [self.index[k] for k in keys]
         return np.stack([self.vectors[i] for i in rows]) if rows else np.zeros((0, 384), np.float32), \
@@ -106,6 +107,7 @@ class VectorCache:
         np.savez(tmp, keys=keys, vectors=np.stack(self.vectors), oov=np.asarray(self.oov, dtype=np.float32))
         tmp.replace(self.path)
         self.dirty = False
+        self.saved_at = time.perf_counter()
 
 
 @dataclass
@@ -226,7 +228,8 @@ def rank_question(data: LabelledSet, index: int, settings: Settings, mode: str =
     vector = data.query_vectors[index] if mode != "keyword" else None
     terms = index_terms(keyword_text(q["question"])) if mode != "dense" else ()
     pool_size = max(settings.recall.candidates, top_k)
-    pool = scanned_pool(rows.table, vector, terms, rows.table.num_rows, pool_size)
+    table = rows.table if spread.wanted(settings.recall) else rows.table.drop_columns(["session_id"])
+    pool = scanned_pool(table, vector, terms, rows.table.num_rows, pool_size)
     ranked = recall.rank(pool, asked, float(data.query_oov[index]), settings, mode, top_k, 0.0)
     by_id = {r.id: s for r, s in zip(rows.records, rows.sources, strict=True)}
     return [by_id[memory_id] for memory_id, _, _ in ranked]
@@ -275,7 +278,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", action="append", required=True)
     parser.add_argument("--cache", default="/tmp/recall-cache", help="directory of the vector cache")
-    parser.add_argument("--grid", default=None, metavar="JSON", help='{"setting": [values, ...]} scored on every set')
+    parser.add_argument("--grid", default=None, metavar="JSON", help='{"setting": [values, ...]} (every combination) or [{"setting": value, ...}, ...], scored on every set')
     parser.add_argument("--modes", default="hybrid", help="comma-separated: hybrid,dense,keyword")
     parser.add_argument("--by-category", action="store_true")
     parser.add_argument("--name", default=None, help="write benchmarks/results/NAME.json")
@@ -289,7 +292,8 @@ def main() -> int:
         sets.append(load_set(spec, base, cache))
         print(f"loaded {sets[-1].name}: {len(sets[-1].questions)} questions "
               f"({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
-    points = grid_points(json.loads(args.grid)) if args.grid else [{}]
+    spec = json.loads(args.grid) if args.grid else [{}]
+    points = spec if isinstance(spec, list) else grid_points(spec)
     results = []
     for point in points:
         settings = base.replace(**point)

@@ -66,6 +66,20 @@ def _release_extraction_actors() -> None:
         time.sleep(0.2)
 
 
+def _wait_until_released(name: str) -> None:
+    """A killed actor's name is freed a moment later; until then get_if_exists hands back the dead one."""
+    import ray
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"actor {name} still named after 120 s")
+
+
 def _conversation(service: MemoryService, user: str, session: str, *texts: str) -> list[Any]:
     records = service.message_records(ORG, user, session, [
         {"role": "user", "content": t, "message_id": f"{session}:m{i}"} for i, t in enumerate(texts, 1)
@@ -132,7 +146,10 @@ def test_jobs_left_by_a_dead_scheduler_are_resumed(env: tuple[Settings, MemorySe
         "user_id": "u3", "session_id": "s1", "mode": "rules", "message_ids": [r.message_id for r in records], "attempts": 1,
     })
     service.store.put_job(OrgScope(ORG), job.as_row())
-    ray.kill(ray.get_actor(scheduler_name(settings), namespace="agent-memory"), no_restart=True)
+    running = scheduler(settings)
+    ray.get(running.size.remote())  # started (alone, this test is the first to use it)
+    ray.kill(running, no_restart=True)
+    _wait_until_released(scheduler_name(settings))
     assert job_id in resume_pending_jobs(settings)
     job = wait_for_job(settings, ORG, job_id, timeout_s=JOB_S)
     assert job["state"] == "succeeded" and len(job["report"]["created"]) == 1

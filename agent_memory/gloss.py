@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from agent_memory.cedict import Dictionary, SensePolicy, Senses
-from agent_memory.text import CHINESE_STOPWORDS, chinese_words, stem_words
+from agent_memory.tokenizers import chinese_words
 
 _HAN_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN = re.compile(f"[{_HAN_RANGES}]+")
@@ -145,9 +145,10 @@ class Glosser:
         return pieces
 
     def content_words(self, text: str) -> list[str]:
-        """The Chinese words of a text as the gloss reads them, less function words."""
+        """The Chinese words of a text as the gloss reads them, less the function words of our list
+        (pronouns, negations, particles, units: a rewording never swaps one of those)."""
         words = [p for run in _HAN.findall(text) for word in chinese_words(run) for p in self._pieces(word)]
-        return [w for w in words if w not in CHINESE_STOPWORDS and FUNCTION_WORDS.get(w, "-") != ""]
+        return [w for w in words if w not in FUNCTION_WORDS]
 
     def in_words_of(self, a: str, b: str) -> str:
         """`b` with each word that `a` lacks replaced by a word of `a` that the dictionary gives a
@@ -169,16 +170,17 @@ class Glosser:
         return out
 
     def _meanings(self, word: str) -> frozenset[frozenset[str]]:
-        """What a word can mean: its own gloss and every dictionary sense, each as its stemmed
-        content words ("to be fond of" -> {"fond"})."""
-        said = [FUNCTION_WORDS.get(word) or CHAT_SENSES.get(word) or ""] + self.senses.alternatives(word)
+        """What a word can mean: its own gloss and every dictionary sense, each as its content
+        words ("to be fond of" -> {"fond"}), unstemmed: a sense is the same only in the same words
+        ("meeting" of 会议 is no "meet" of 见面)."""
+        said = [CHAT_SENSES.get(word, "")] + self.senses.alternatives(word)
         if not self.dictionary.lookup(word) and len(word) > 1:
             said.append(self.word(word))
         out = set()
         for sense in said:
             words = [w for w in _ENGLISH_WORD.findall(sense.lower()) if w not in _ENGLISH_FILLERS]
             if words:
-                out.add(frozenset(stem_words(words)))
+                out.add(frozenset(words))
         return frozenset(out)
 
     def _classifier(self, word: str) -> bool:
@@ -257,9 +259,3 @@ def default_glosser() -> Glosser:
             if _default is None:
                 _default = Glosser(Dictionary())
     return _default
-
-
-def gloss(text: str) -> str:
-    """`text` with its Chinese glossed into English, word by word ("我老公在银行上班。" ->
-    "I husband at bank go to work"); Latin words and numbers are kept as written."""
-    return default_glosser().gloss(text)

@@ -12,11 +12,14 @@ swapped, where a synonym and another thing look alike to the model: "named" for 
 for "dog"; `consolidation_rephrased_similarity` for other wording that shares a content word), or,
 where the model cannot read a text (Chinese with the bundled English model embeds every sentence
 alike, so cosine says nothing), they use the same content words and their lexical similarity
-reaches `consolidation_lexical_similarity`.
+reaches `consolidation_lexical_similarity`; two Chinese texts may also pass that rule with one put
+in the other's words where the dictionary (CC-CEDICT, `agent_memory.gloss`) gives both words one
+sense ("老公" and "丈夫", "电脑" and "计算机").
 
 Pairs the rules refuse but that come close are near misses, which a judge may still confirm; the
 links that rest on closeness rather than on the same words are doubtful, which a judge may
-review. `pair_signals` and `candidate_pairs` say what linking read of a pair and what it decided.
+review, and so are the links the dictionary made. `pair_signals` and `candidate_pairs` say what
+linking read of a pair and what it decided.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from agent_memory.gloss import default_glosser
 from agent_memory.merge import apart_ids
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.stance import Stance, aspect, aspects_clash, stance
-from agent_memory.text import CHINESE_STOPWORDS, CJK_RUN
+from agent_memory.text import CHINESE_STOPWORDS, CJK_RUN, is_chinese
 from agent_memory.wording import (
     changes_relation,
     content_characters,
@@ -42,8 +46,10 @@ from agent_memory.wording import (
     lexical_features,
     names,
     owned_terms,
+    possessions,
     rewording,
     role_tokens,
+    swaps_owners,
     swaps_roles,
     weighted_overlap,
     word_set,
@@ -61,17 +67,21 @@ NearMiss = tuple[float, int, int]
 class PartitionTexts:
     """What linking compares of one partition's memories, each computed once per memory."""
 
+    said: list[str]
     keys: list[str]
     stances: list[Stance]
     aspects: list[str]
     sequences: list[list[str]]
     unreadable: list[bool]
+    # Unreadable and Chinese: what the dictionary can put in other words.
+    chinese: list[bool]
     named: list[tuple[frozenset[str], frozenset[str]]]
     owned: list[frozenset[str]]
     # Memories restored apart from one another (an undone merge): never linked again.
     ids: list[str]
     apart: list[frozenset[str]]
     roles: list[tuple[str, ...]]
+    owners: list[frozenset[tuple[str, str]]]
     features: list[frozenset[str]]
     chars: list[frozenset[str]]
     # Each feature's idf over the user's memories of every status (stable from run to run), when given.
@@ -81,23 +91,36 @@ class PartitionTexts:
     @classmethod
     def of(cls, records: Sequence[MemoryRecord], settings: Settings, idf: dict[str, float] | None = None) -> PartitionTexts:
         """The texts of `records` (what they say: `vector_text`), and which the model cannot read."""
-        said = [r.vector_text for r in records]
-        sequences = [content_sequence(t) for t in said]
+        return cls.read([r.vector_text for r in records], [r.oov > settings.consolidation.oov_guard for r in records],
+                        [r.id for r in records], [frozenset(apart_ids(r)) for r in records], idf)
+
+    @classmethod
+    def read(cls, said: list[str], unreadable: list[bool], ids: list[str], apart: list[frozenset[str]],
+             idf: dict[str, float] | None = None) -> PartitionTexts:
+        """What linking compares of these texts, with which the model cannot read and their ids."""
         return cls(
+            said=said,
             keys=[exact_key(t) for t in said],
             stances=[stance(t) for t in said],
             aspects=[aspect(t) for t in said],
-            sequences=sequences,
-            unreadable=[r.oov > settings.consolidation.oov_guard for r in records],
+            sequences=[content_sequence(t) for t in said],
+            unreadable=unreadable,
+            chinese=[u and is_chinese(t) for t, u in zip(said, unreadable, strict=True)],
             named=[(names(t), word_set(t)) for t in said],
             owned=[owned_terms(t) for t in said],
-            ids=[r.id for r in records],
-            apart=[frozenset(apart_ids(r)) for r in records],
+            ids=ids,
+            apart=apart,
             roles=[role_tokens(t) for t in said],
+            owners=[possessions(t) for t in said],
             features=[lexical_features(t) for t in said],
             chars=[content_characters(t) for t in said],
             corpus_idf=idf,
         )
+
+    @property
+    def bridged(self) -> set[tuple[int, int]]:
+        """The pairs (i < j) linked on one text put in the other's words through the dictionary."""
+        return self.cache.setdefault("bridged", set())
 
     def idf(self) -> dict[str, float]:
         """Each feature's inverse document frequency over the user's memories (else these)."""
@@ -133,7 +156,13 @@ class PartitionTexts:
         (names_i, words_i), (names_j, words_j) = self.named[i], self.named[j]
         return (self.stances[i] == self.stances[j] and names_i <= words_j and names_j <= words_i
                 and not aspects_clash(self.aspects[i], self.aspects[j])
-                and not swaps_roles(self.roles[i], self.roles[j]) and not changes_relation(self.roles[i], self.roles[j]))
+                and not self.roles_swapped(i, j) and not changes_relation(self.roles[i], self.roles[j]))
+
+    def roles_swapped(self, i: int, j: int) -> bool:
+        """Whether the two say the same words with roles swapped: who does what to whom, or whose a
+        thing is."""
+        return (swaps_roles(self.roles[i], self.roles[j])
+                or swaps_owners(self.owners[i], self.owners[j], self.roles[i], self.roles[j]))
 
 
 def feature_idf(features: Sequence[frozenset[str]]) -> dict[str, float]:
@@ -236,6 +265,29 @@ def _link_lexical(texts: PartitionTexts, vectors: np.ndarray, settings: Settings
             close = similarity >= 1.0 - 1e-9 and float(vectors[i] @ vectors[j]) >= _SAME_WORDS_MIN_COSINE
         if close and j not in links[i] and texts.agree(i, j):
             links[i][j] = links[j][i] = similarity
+    if any(texts.chinese):
+        _link_in_dictionary_words(texts, bar, links)
+
+
+def _link_in_dictionary_words(texts: PartitionTexts, bar: float, links: Links) -> None:
+    """Link Chinese restatements in other words ("我老公在银行上班", "我丈夫在银行上班"; 电脑 and 计算机):
+    a pair of Chinese texts left apart that share a word is linked when the second, put in the
+    first's words where CC-CEDICT gives both one sense (`Glosser.in_words_of`), passes the lexical
+    rule with the first: the same bar, the same guards. Such a link rests on the dictionary, not
+    on the user's own words: it is doubtful, and a judge, where configured, reviews it."""
+    idf = texts.idf()
+    for _, i, j in _lexical_pairs(texts):
+        if not (texts.chinese[i] and texts.chinese[j]) or j in links[i]:
+            continue
+        rewritten = default_glosser().in_words_of(texts.said[i], texts.said[j])
+        if rewritten == texts.said[j]:
+            continue
+        pair = PartitionTexts.read([texts.said[i], rewritten], [True, True], [texts.ids[i], texts.ids[j]],
+                                   [texts.apart[i], texts.apart[j]], idf)
+        similarity = weighted_overlap(pair.features[0], pair.features[1], idf)
+        if similarity >= bar and not pair.swapped(0, 1) and pair.agree(0, 1):
+            links[i][j] = links[j][i] = similarity
+            texts.bridged.add((i, j))
 
 
 # Where the model reads both, the same content words link from this cosine: "I'm allergic to
@@ -310,6 +362,8 @@ def doubtful_links(texts: PartitionTexts, links: Links) -> list[NearMiss]:
 def _in_doubt(texts: PartitionTexts, i: int, j: int, similarity: float) -> bool:
     if texts.keys[i] == texts.keys[j]:
         return False
+    if (min(i, j), max(i, j)) in texts.bridged:
+        return True
     if texts.unreadable[i] or texts.unreadable[j]:
         return similarity < 1.0 - 1e-9
     # The same content words in another order may swap who does what ("prefers tea over coffee").
@@ -329,11 +383,13 @@ def _signals(texts: PartitionTexts, i: int, j: int, cosine: float, linked: bool,
         "people": [sorted(people_i), sorted(people_j)],
         "time": [sorted(time_i), sorted(time_j)],
         "names": [sorted(texts.named[i][0]), sorted(texts.named[j][0])],
-        "roles_swapped": swaps_roles(texts.roles[i], texts.roles[j]),
+        "roles_swapped": texts.roles_swapped(i, j),
         "words_swapped": texts.swapped(i, j),
         "stance_agrees": texts.agree(i, j),
         "wording": rewording(texts.sequences[i], texts.sequences[j], texts.owned[i] | texts.owned[j]),
         "model_reads": not (texts.unreadable[i] or texts.unreadable[j]),
+        # Linked on one text put in the other's words where the dictionary gives both one sense.
+        "dictionary": (min(i, j), max(i, j)) in texts.bridged,
         "cosine": round(cosine, 3),
         "lexical": round(lexical, 3),
     }

@@ -1,5 +1,6 @@
-"""Language-aware text helpers: the CJK pattern, whether a text is Chinese, sentences, the keyword
-terms BM25 indexes, and lexical similarity. Every module that asks these questions asks them here.
+"""Language-aware text helpers: the CJK pattern, whether a text is Chinese, Chinese glossed into
+English, sentences, the keyword terms BM25 indexes, and lexical similarity. Every module that asks
+these questions asks them here.
 
 English (and other space-separated scripts) is split into lower-cased words. Chinese, Japanese
 and Korean runs, which have no spaces, become overlapping character bigrams, as Lucene's CJK
@@ -15,9 +16,11 @@ same function serves indexing and querying and the two can never drift apart.
 from __future__ import annotations
 
 import re
-import threading
 import unicodedata
 from functools import lru_cache
+
+from agent_memory.gloss import default_glosser
+from agent_memory.tokenizers import chinese_words, stem_words
 
 # The character ranges treated as CJK (kana, CJK ideographs, hangul), for regex classes here and elsewhere.
 CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -98,34 +101,6 @@ def _segment(run: str) -> tuple[list[str], list[bool]]:
     return words, function
 
 
-_segmenter_lock = threading.Lock()
-_segmenter = None
-
-
-def _jieba():  # type: ignore[no-untyped-def]
-    """The process's jieba tokenizer, loaded once (its dictionary ships in the package)."""
-    global _segmenter
-    if _segmenter is None:
-        with _segmenter_lock:
-            if _segmenter is None:
-                import logging
-
-                import jieba
-
-                jieba.setLogLevel(logging.WARNING)
-                tokenizer = jieba.Tokenizer()
-                tokenizer.initialize()
-                _segmenter = tokenizer
-    return _segmenter
-
-
-@lru_cache(maxsize=65_536)
-def chinese_words(han: str) -> tuple[str, ...]:
-    """The dictionary words of a run of Han characters (jieba, without its HMM guesses for unknown
-    words: bigrams already cover those, and the dictionary alone is faster and deterministic)."""
-    return tuple(_jieba().cut(han, HMM=False))
-
-
 def keyword_text(text: str) -> str:
     """The whitespace-joined terms the full-text index stores and the query is matched with."""
     return " ".join(terms(text))
@@ -156,24 +131,6 @@ def field_text(text: str) -> str:
 _MAX_TOKEN_BYTES = 40
 
 
-_local = threading.local()
-
-
-def _stemmer():  # type: ignore[no-untyped-def]
-    """This thread's Snowball English stemmer (PyStemmer objects must not be shared across threads)."""
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        import Stemmer  # PyStemmer: the Snowball English stemmer the index's tokenizer also uses
-
-        stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    return stemmer
-
-
-def stem_words(words: list[str]) -> list[str]:
-    """English words reduced to their Snowball stems (likes/liked/liking -> like, codes -> code)."""
-    return list(_stemmer().stemWords(words))
-
-
 def _fold(text: str) -> str:
     """Drop accents (café -> cafe); CJK and plain ASCII pass unchanged."""
     if text.isascii():
@@ -186,7 +143,7 @@ def _fold(text: str) -> str:
 def index_terms(keywords: str) -> tuple[str, ...]:
     """The terms the full-text index keeps of a `keyword_text` (cached: a user's rows recur)."""
     tokens = [t for t in keywords.lower().split() if len(t.encode()) <= _MAX_TOKEN_BYTES]
-    stemmed = _stemmer().stemWords(tokens)
+    stemmed = stem_words(tokens)
     if keywords.isascii():
         return tuple(stemmed)
     return tuple(_fold(t) for t in stemmed)
@@ -205,6 +162,14 @@ def is_chinese(text: str) -> bool:
     cjk = len(CJK.findall(text))
     latin = sum(c.isascii() and c.isalpha() for c in text)
     return cjk > 0 and cjk >= CHINESE_SHARE * (cjk + latin)
+
+
+def gloss(text: str) -> str:
+    """`text` with its Chinese put into English word by word through CC-CEDICT ("我老公在银行上班。"
+    -> "I husband at bank go to work"): what an English model can read of Chinese. Latin words and
+    numbers are kept as written. The dictionary is read on first use (about a second, once per
+    process, under a lock) and each word's gloss is cached; see `agent_memory.gloss`."""
+    return default_glosser().gloss(text)
 
 
 # A sentence ends at . ! ? 。！？ ; ；, a line break, or a face or a gesture, which ends one as a

@@ -315,6 +315,7 @@ def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
     ("花生和芒果", "芒果和花生") cross in one direction only, or across a word that joins equals,
     and are restatements.
     """
+    a, b = _split_like(a, b), _split_like(b, a)
     units_a, units_b = _role_units(a), _role_units(b)
     words_a, words_b = set(a), set(b)
     objects_a = {u.split(":", 1)[0]: u.split(":", 1)[1] for u in units_a if ":" in u}
@@ -344,6 +345,44 @@ def swaps_roles(a: Sequence[str], b: Sequence[str]) -> bool:
         if left_to_right and right_to_left:
             return True
     return False
+
+
+def _split_like(a: Sequence[str], b: Sequence[str]) -> list[str]:
+    """`a` with each Chinese word that `b` lacks but that ends or starts with a word of `b` split
+    there: jieba cuts "喝茶" whole and "喝咖啡" whole, so that "喝茶而不是咖啡" and "喝咖啡而不是茶"
+    would share neither drink as a word."""
+    words_b = {w for w in b if CJK.match(w)}
+    out: list[str] = []
+    for word in a:
+        if word in words_b or not CJK.match(word) or len(word) < 2:
+            out.append(word)
+            continue
+        cut = next((k for k in range(1, len(word)) if word[k:] in words_b or word[:k] in words_b), 0)
+        out.extend((word[:cut], word[cut:]) if cut else (word,))
+    return out
+
+
+def possessions(text: str) -> frozenset[tuple[str, str]]:
+    """Whose is what, in Chinese: (owner, thing) of each "X的Y" ("我是我弟的房东": 弟, 房东), with
+    "用户" read as "我", as `role_tokens` reads it."""
+    text = folded(text)
+    for variant, plain in _CJK_SUBJECT:
+        text = text.replace(variant, plain)
+    out: set[tuple[str, str]] = set()
+    for token in _ROLE_TOKEN.findall(text):
+        if CJK.match(token):
+            words = [_KIN_DOUBLED.sub(r"\1", w) for w in chinese_words(token)]
+            out.update((words[k - 1], words[k + 1]) for k in range(1, len(words) - 1) if words[k] == "的")
+    return frozenset(out)
+
+
+def swaps_owners(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]], roles_a: Sequence[str],
+                 roles_b: Sequence[str]) -> bool:
+    """Whether one thing has another owner, each owner named in the other statement: "我是我弟的房东"
+    and "我弟是我的房东" (a copula joins equals, so `swaps_roles` lets its sides trade places:
+    "湖南长沙是用户的老家", "用户的老家在湖南长沙"; the owner of the thing named after it tells them apart)."""
+    return any(thing == other_thing and owner != other_owner and owner in roles_b and other_owner in roles_a
+               for owner, thing in a for other_owner, other_thing in b)
 
 
 def _first_positions(units: Sequence[str]) -> dict[str, int]:

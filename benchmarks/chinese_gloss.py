@@ -14,7 +14,9 @@
   wrong merges per look-alike class.
 - `crosslang`: Chinese statements and their English restatements or look-alikes
   (`benchmarks/data/zh_en_pairs`): the cosine of the gloss and the English text, same fact against
-  look-alike (AUC), and whether the restatement is the nearest of all the English texts.
+  look-alike (AUC), and whether the restatement is the nearest of all the English texts; then
+  whether consolidation's rules would link the gloss (default policy) and the English text, as
+  they stand and with the guards and a cosine bar (`--bars`) alone.
 - `speed`: glosses a second on short memories, each word new (cold) and cached (warm).
 
     PYTHONPATH=. .venv/bin/python benchmarks/chinese_gloss.py memsim --data ../shared/data/memsim-dev --keyword-weights 0.2,0.5
@@ -50,7 +52,7 @@ from agent_memory.gloss import Glosser  # noqa: E402
 from agent_memory.models import MemoryRecord  # noqa: E402
 from agent_memory.scoring import bm25  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
-from agent_memory.text import chinese_words, index_terms, keyword_text  # noqa: E402
+from agent_memory.text import chinese_words, gloss, index_terms, keyword_text  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
 
 # The sense policies compared: name -> policy (see agent_memory.cedict.SensePolicy).
@@ -136,9 +138,9 @@ def memsim(args: argparse.Namespace, embedder: CachedEmbedder) -> dict[str, Any]
         by_user.setdefault(row["user_id"], []).append(k)
     report: dict[str, Any] = {}
     cosines: dict[str, list[np.ndarray]] = {}
-    for name, gloss in glossers(args.policies).items():
-        messages = embedder.embed_batch([gloss(r["content"]) for r in history])
-        asked = embedder.embed_batch([gloss(q["question"]) for q in questions])
+    for name, gloss_of in glossers(args.policies).items():
+        messages = embedder.embed_batch([gloss_of(r["content"]) for r in history])
+        asked = embedder.embed_batch([gloss_of(q["question"]) for q in questions])
         cosines[name] = [messages[by_user[q["user_id"]]] @ vector for q, vector in zip(questions, asked, strict=True)]
         report[name] = _recall(history, questions, by_user, cosines[name], name)
     documents = [index_terms(keyword_text(r["content"])) for r in history]
@@ -294,8 +296,8 @@ def crosslang(args: argparse.Namespace, embedder: CachedEmbedder) -> dict[str, A
     english = embedder.embed_batch([p["en"] for p, _ in items])
     label = np.array([same for _, same in items])
     report: dict[str, Any] = {}
-    for name, gloss in glossers(args.policies).items():
-        chinese = embedder.embed_batch([gloss(p["zh"]) for p, _ in items])
+    for name, gloss_of in glossers(args.policies).items():
+        chinese = embedder.embed_batch([gloss_of(p["zh"]) for p, _ in items])
         cos = np.sum(chinese * english, axis=1)
         # AUC: the chance that a same-fact pair scores above a look-alike.
         auc = float(np.mean([a > b for a in cos[label] for b in cos[~label]]))
@@ -309,8 +311,40 @@ def crosslang(args: argparse.Namespace, embedder: CachedEmbedder) -> dict[str, A
               f"AUC {auc:.3f}  restatement nearest {top1:.3f}", flush=True)
         if args.show:
             for (p, same), c in sorted(zip(items, cos, strict=True), key=lambda x: -x[1]):
-                print(f"  {c:.3f} {'same' if same else p['class']:<13} {p['zh']} | {p['en']}  ## {gloss(p['zh'])}")
+                print(f"  {c:.3f} {'same' if same else p['class']:<13} {p['zh']} | {p['en']}  ## {gloss_of(p['zh'])}")
+    report["rules_on_gloss"] = _crosslang_rules(items, embedder, args.bars)
     return report
+
+
+def _crosslang_rules(items: list[tuple[dict[str, Any], bool]], embedder: CachedEmbedder, bars: list[float]) -> dict[str, Any]:
+    """Whether consolidation's rules would link each pair were the Chinese memory its gloss
+    (`agent_memory.text.gloss`, which the model reads): the rules as they stand (the guards, and
+    the cosine bar for how the content words differ), and the guards with a cosine bar alone."""
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    glossed, _ = _records([gloss(p["zh"]) for p, _ in items], embedder, prefix="gloss")
+    english, _ = _records([p["en"] for p, _ in items], embedder, prefix="en")
+    vectors_g = embedder.embed_batch([r.content for r in glossed])
+    vectors_e = embedder.embed_batch([r.content for r in english])
+    signals = [pair_signals(g, e, vg, ve, settings)
+               for g, e, vg, ve in zip(glossed, english, vectors_g, vectors_e, strict=True)]
+    rows = {"rules": [s["linked"] for s in signals]}
+    for bar in bars:
+        rows[f"guards+cos>={bar:.2f}"] = [s["stance_agrees"] and s["cosine"] >= bar for s in signals]
+    out: dict[str, Any] = {}
+    for name, linked in rows.items():
+        same = [k for k, (_, is_same) in enumerate(items) if is_same]
+        wrong: dict[str, int] = {}
+        for (p, is_same), link in zip(items, linked, strict=True):
+            if link and not is_same:
+                wrong[p["class"]] = wrong.get(p["class"], 0) + 1
+        right = sum(linked[k] for k in same)
+        out[name] = {"recall": round(right / len(same), 3), "linked_same": right, "same": len(same),
+                     "linked_lookalikes": sum(wrong.values()), "lookalikes": len(items) - len(same),
+                     "precision": round(right / (right + sum(wrong.values())), 3) if right + sum(wrong.values()) else 1.0,
+                     "lookalikes_by_class": wrong}
+        print(f"rules on the gloss, {name:<16} same fact linked {right}/{len(same)}, look-alikes linked "
+              f"{sum(wrong.values())} {wrong}", flush=True)
+    return out
 
 
 def speed(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Pure unit tests of the Chinese gloss (CC-CEDICT from the installed package; no store, no model)."""
+"""Pure unit tests of the Chinese gloss (`agent_memory.text.gloss`, CC-CEDICT from the installed package; no store, no model)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from agent_memory import gloss as gloss_module
 from agent_memory.cedict import Dictionary, SensePolicy, dictionary_path
-from agent_memory.gloss import Glosser, gloss, parse_numeral
+from agent_memory.gloss import Glosser, parse_numeral
+from agent_memory.text import gloss
 
 
 def test_the_dictionary_is_read_from_the_installed_package() -> None:

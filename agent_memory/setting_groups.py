@@ -87,11 +87,23 @@ class EmbeddingSettings(Group):
         description="Threads of each model call of an ingress replica's query model; unset: 2 for the exact model, "
                     "1 for int8.")
 
+    gloss_chinese: Literal["auto", "on", "off"] = env(
+        "embedding_gloss_chinese", "auto",
+        description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
+                    "`auto`: for the bundled model. A store written with another value is re-embedded with "
+                    "`agent-memory reembed` (docs/recall.md).")
+
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
         if self.query_precision == "int8" and self.backend == "torch":
             raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
         return self
+
+    def glosses_chinese(self) -> bool:
+        """Whether Chinese texts are embedded as their gloss."""
+        if self.gloss_chinese == "auto":
+            return self.model.strip() in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}")
+        return self.gloss_chinese == "on"
 
     def query_threads_at(self, precision: str) -> int:
         """The query model's threads were it run at `precision`. Exact, two threads took a lone query

@@ -73,14 +73,19 @@ class VectorCache:
         return hashlib.sha1(text.encode()).hexdigest()
 
     def get(self, texts: Sequence[str], *, batch: int = 256) -> tuple[np.ndarray, np.ndarray]:
-        """Each text's vector and [UNK] share, embedding those not cached."""
+        """Each text's vector and [UNK] share, embedding those not cached (by the text the model is
+        given: a Chinese text's gloss where the settings gloss Chinese)."""
+        if self.settings.embedding.glosses_chinese():
+            from agent_memory.embedding import GlossingEmbedder
+
+            texts = GlossingEmbedder.read(texts)
         keys = [self.key(t) for t in texts]
         missing = list(dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in self.index))
         if missing:
             if self.embedder is None:
                 from agent_memory.embedding import build_embedder
 
-                self.embedder = build_embedder(self.settings)
+                self.embedder = build_embedder(self.settings.replace(embedding_gloss_chinese="off"))
             started = time.perf_counter()
             for at in range(0, len(missing), batch):
                 chunk = missing[at : at + batch]

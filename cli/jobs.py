@@ -44,7 +44,7 @@ def consolidate(user_id: str | None, dry_run: bool, engine: str, storage_uri: st
     return 1 if report["errors"] else 0
 
 
-@command("reembed", short_help=f"Re-embed every memory with a model (another, or the same again). {ON_STORE}",
+@command("reembed", short_help=f"Re-embed every memory with a model. {ON_STORE}",
          epilog=ON_RAY)
 @click.option("--model", required=True, help="A sentence-transformers name or path, or openai:<model>.")
 @click.option("--engine", default="ray", show_default=True, type=click.Choice(["ray", "local"]))

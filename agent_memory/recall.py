@@ -129,6 +129,9 @@ def rank(
         recency=scoring.recency(pool.created_at, asked.as_of.timestamp(), config.recency_half_life_days),
         importance=pool.importance,
     )
+    if pool.asks is not None and config.asking_semantic_share < 1:
+        # As a turn that only asks counts its words once in keywords (agent_memory.text.only_asks).
+        parts = replace(parts, semantic=parts.semantic * np.where(pool.asks, config.asking_semantic_share, 1.0))
     # Dense-only recall has no keywords to hand an unreadable pair's weight to: the model's cosine
     # is all there is, and it keeps its full weight.
     trust = scoring.semantic_trust(readable, config.unread_semantic_weight) if mode != "dense" else 1.0

@@ -277,6 +277,9 @@ class RecallSettings(Group):
                           description="A user with at most this many matching memories is scored in process from one scan.")
     oov_full_share: float = Field(0.5, gt=0, le=1,
                                   description="Share of [UNK] tokens above which the model is taken not to read a text.")
+    asking_semantic_share: float = Field(0.5, ge=0, le=1,
+                                         description="Share of its semantic signal a memory that only asks keeps: a "
+                                                     "question is near the question asked, not its answer.")
     unread_semantic_weight: float = Field(0.0, ge=0, le=1,
                                           description="Share of the semantic weight kept where the model reads neither "
                                                       "text of a pair (the rest goes to keywords).")

@@ -68,6 +68,7 @@ class Pool:
     oov: np.ndarray
     idf_mass: float | None = None
     turns: Turns | None = None
+    asks: np.ndarray | None = None  # whether each memory only asks (see `storage.recall_scan.ONLY_ASKS`)
 
     @classmethod
     def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate], idf_mass: float | None = None) -> Pool:

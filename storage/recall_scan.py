@@ -229,7 +229,14 @@ def scanned_pool(
         idf_mass=idf_mass,
         turns=scanned_turns(result, created, rows, matrix, all_cosine, counts) if "session_id" in result.column_names
         else None,
+        asks=pc.match_substring_regex(result.column("content").take(rows), ONLY_ASKS).to_numpy(zero_copy_only=False)
+        if len(rows) else None,
     )
+
+
+# A text that only asks: no sentence ends in it but at a question mark, and it ends at one (the
+# test of `agent_memory.text.only_asks`, run on the pool's column at once).
+ONLY_ASKS = r"^[^.!。！；;\n]*[?？][\s\x{fe0f}]*$"
 
 
 # The number a turn's id ends with ("D1:12", "session#3", "c01-s1-t07"): its place among turns

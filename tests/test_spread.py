@@ -54,3 +54,22 @@ def test_diversity_passes_over_a_paraphrase_of_a_memory_already_picked() -> None
     scores = np.array([0.9, 0.85, 0.8])
     assert spread.diverse_top([0, 1, 2], scores, vectors, 2, 0.0) == [0, 1]
     assert spread.diverse_top([0, 1, 2], scores, vectors, 2, 0.5) == [0, 2]
+
+
+def test_a_memory_that_only_asks_keeps_half_its_semantic_signal() -> None:
+    from datetime import datetime, timezone
+
+    from agent_memory.recall import Asked, rank
+    from agent_memory.settings import Settings
+    from agent_memory.store import Pool
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    # The assistant's question is nearer the question asked than the answer after it is.
+    pool = Pool(ids=["question", "answer"], cosine=np.array([0.6, 0.5]), bm25=np.array([2.0, 2.0]),
+                created_at=np.full(2, now.timestamp()), importance=np.full(2, 0.5), oov=np.zeros(2),
+                asks=np.array([True, False]))
+    asked = Asked.of("家庭情况是怎样的？", as_of=now)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert [i for i, _, _ in rank(pool, asked, 0.0, settings, "hybrid", 2, 0.0)] == ["answer", "question"]
+    kept = settings.replace(asking_semantic_share=1.0)
+    assert [i for i, _, _ in rank(pool, asked, 0.0, kept, "hybrid", 2, 0.0)] == ["question", "answer"]

@@ -88,10 +88,10 @@ class EmbeddingSettings(Group):
                     "1 for int8.")
 
     gloss_chinese: Literal["auto", "on", "off"] = env(
-        "embedding_gloss_chinese", "auto",
+        "embedding_gloss_chinese", "off",
         description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
-                    "`auto`: for the bundled model. A store written with another value is re-embedded with "
-                    "`agent-memory reembed` (docs/recall.md).")
+                    "`auto`: for the bundled model. Recall gains; consolidation merges more Chinese look-alikes "
+                    "(docs/recall.md). A store written with another value is re-embedded with `agent-memory reembed`.")
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:

@@ -10,11 +10,13 @@ from typing import Any
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.extraction import build_extractor, extract_and_store
+from agent_memory.history import parse_file
 from agent_memory.models import Scope
 from agent_memory.rules import said_sentences
 from agent_memory.text import comparable, terms
 
 MODES = ("hybrid", "dense", "keyword")
+SESSION_CUTS = (5, 10)
 
 
 def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
@@ -45,7 +47,8 @@ def load_questions(path: str | Path) -> list[dict[str, Any]]:
     return questions
 
 
-def _metrics(ranked_sources: list[list[str]], evidence: set[str], top_k: int) -> dict[str, float]:
+def turn_metrics(ranked_sources: list[list[str]], evidence: set[str], top_k: int) -> dict[str, float]:
+    """recall@5, recall@10 (the share of evidence turns in the top k) and MRR of one ranking."""
     def recall_at(k: int) -> float:
         found = {s for sources in ranked_sources[:k] for s in sources} & evidence
         return len(found) / len(evidence)
@@ -58,17 +61,52 @@ def _metrics(ranked_sources: list[list[str]], evidence: set[str], top_k: int) ->
     return {"recall@5": recall_at(5), "recall@10": recall_at(10), "mrr": mrr}
 
 
+def answer_sessions(evidence: Iterable[str], session_of: dict[str, str]) -> set[str]:
+    """The sessions that hold a question's evidence turns (none where the history names no session)."""
+    return {session_of[e] for e in evidence if e in session_of}
+
+
+def named_sessions(history: str | Path, default_org: str = "default") -> dict[str, str] | None:
+    """Each turn's session by its message id, where the history names sessions (None where no row does)."""
+    turns, _, _ = parse_file(str(history), "auto", default_org)
+    out = {t.message.message_id: t.session_id for t in turns if t.message.message_id}
+    return out if any(t.session_id != "default" for t in turns) else None
+
+
+def session_metrics(ranked_sessions: list[list[str]], wanted: set[str]) -> dict[str, float]:
+    """LongMemEval's session-level scores: the ranked turns mapped to their sessions, each session at
+    the rank of its first turn; any@k = some answer session in the top k sessions, all@k = all of them."""
+    order = list(dict.fromkeys(s for sessions in ranked_sessions for s in sessions))
+    out = {}
+    for k in SESSION_CUTS:
+        top = set(order[:k])
+        out[f"any@{k}"] = float(bool(top & wanted))
+        out[f"all@{k}"] = float(wanted <= top)
+    return out
+
+
+SESSION_KEYS = tuple(f"{kind}@{k}" for k in SESSION_CUTS for kind in ("recall_any", "recall_all"))
+
+
 def _mean(rows: Iterable[dict[str, float]]) -> dict[str, float]:
     rows = list(rows)
     keys = ("recall@5", "recall@10", "mrr")
-    return {k: round(sum(r[k] for r in rows) / len(rows), 4) if rows else 0.0 for k in keys}
+    out = {k: round(sum(r[k] for r in rows) / len(rows), 4) if rows else 0.0 for k in keys}
+    scored = [r for r in rows if "any@5" in r]  # questions whose evidence names its sessions
+    for key in SESSION_KEYS if scored else ():
+        short = key.removeprefix("recall_")
+        out[key] = round(sum(r[short] for r in scored) / len(scored), 4)
+    return out
 
 
 def evaluate_recall(
     service: Any, questions: list[dict[str, Any]], *, top_k: int = 10, default_org: str = "default",
-    floors: Iterable[float] = (),
+    floors: Iterable[float] = (), session_of: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Ask every question as its user in every mode and average the metrics, overall and by category.
+
+    With `session_of` (each turn's session, where the history names sessions), the session-level
+    recall_any@k and recall_all@k of LongMemEval's retrieval script are averaged too.
 
     Ranking is measured with the noise floor off (`min_score` 0). `floor` reports, for the floor
     the settings configure (and each of `floors`), the share of hybrid evidence hits in the top
@@ -90,7 +128,11 @@ def evaluate_recall(
             result = service.recall(org_id, {"user_id": item["user_id"], "query": item["question"], "top_k": depth,
                                              "mode": mode, "min_score": 0})
             ranked = [hit.source_ids for hit in result.memories]
-            metrics = _metrics(ranked, evidence, top_k)
+            metrics = turn_metrics(ranked, evidence, top_k)
+            wanted = answer_sessions(evidence, session_of or {})
+            if wanted:
+                metrics.update(session_metrics([[session_of.get(s, "") for s in r] for r in ranked],  # type: ignore[union-attr]
+                                               wanted))
             per_mode[mode].append(metrics)
             bucket[mode].append(metrics)
             if mode == "hybrid":
@@ -125,7 +167,10 @@ def format_table(report: dict[str, Any]) -> str:
     for name, section, count in sections:
         for mode in MODES:
             m = section[mode]
-            lines.append(f"{name:<10} {mode:<8} {m['recall@5']:>9.3f} {m['recall@10']:>10.3f} {m['mrr']:>7.3f}  {count}")
+            line = f"{name:<10} {mode:<8} {m['recall@5']:>9.3f} {m['recall@10']:>10.3f} {m['mrr']:>7.3f}  {count:<9}"
+            if "recall_any@5" in m:
+                line += "  sessions " + "  ".join(f"{k} {m[k]:.3f}" for k in SESSION_KEYS)
+            lines.append(line.rstrip())
     floor = report.get("floor")
     if floor:
         lines.append(f"(ranked with no noise floor; min_score {floor['min_score']:.2f} would cut "

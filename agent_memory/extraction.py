@@ -36,7 +36,7 @@ from typing import Any, Literal, Protocol
 from agent_memory.decisions import Decider, ExtractionResult
 from agent_memory.errors import InvalidInputError
 from agent_memory.llm import LLMExtractor
-from agent_memory.models import MemoryRecord, MessageRecord, Scope
+from agent_memory.models import MemoryRecord, MessageRecord, Scope, turn_order
 from agent_memory.rules import ProposedMemory, RulesExtractor
 from agent_memory.service import MemoryService, group_sessions
 
@@ -92,7 +92,7 @@ def extract_and_store(
     if mode != "raw" and extractor is None:
         extractor = build_extractor(service.settings, mode)
     for user_id, user_messages in by_user.items():
-        ordered = sorted(user_messages, key=lambda m: (m.created_at, m.session_id, m.message_id))
+        ordered = sorted(user_messages, key=lambda m: (m.created_at, m.session_id, turn_order(m.created_at, m.message_id)))
         if mode == "raw":
             result.add(_store_raw(service, org_id, ordered, actor))
         else:

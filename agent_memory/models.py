@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
@@ -42,6 +43,16 @@ def as_utc(value: datetime) -> datetime:
         return value.astimezone(timezone.utc)
     except OverflowError:
         raise ValueError("the time in UTC falls outside the years 1 to 9999") from None
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def turn_order(created_at: datetime, message_id: str) -> tuple[datetime, tuple[tuple[int, int, str], ...]]:
+    """Where a turn sits in its conversation: by time, then by its id with its numbers read as
+    numbers, so that turns sent with one timestamp keep their order ("D1:2" before "D1:10")."""
+    parts = _DIGITS.split(message_id)
+    return created_at, tuple((1, int(p), "") if i % 2 else (0, 0, p) for i, p in enumerate(parts) if p)
 
 
 def check_identifier(name: str, value: Any, *, required: bool = True) -> str | None:

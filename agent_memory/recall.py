@@ -4,12 +4,13 @@ floor, and the hits' display fields; recall hits go to the access recorder."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from agent_memory import scoring
+from agent_memory import scoring, spread
 from agent_memory.access import AccessRecorder
 from agent_memory.embedding import Embedder
 from agent_memory.errors import InvalidInputError, UnavailableError
@@ -40,7 +41,6 @@ class Recaller:
         self.settings = settings
         self.access = access
         self.clock = clock
-        self.weights = scoring.Weights.from_settings(settings)
 
     def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
                visible_teams: Collection[str] | None = None, viewer_agent: str | None = None) -> RecallResult:
@@ -88,9 +88,11 @@ class Recaller:
         found = self.store.search(
             scope, query_vector, keywords if q.mode != "dense" else "", recall_filter,
             dense_limit=max(pool, self.settings.recall.dense_depth), keyword_limit=pool,
+            turns=spread.wanted(self.settings.recall),
         )
         floor = q.min_score if q.min_score is not None else self.settings.recall.min_score
-        ranked = self.rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, floor)
+        asked = Asked.of(q.query, as_of=now)
+        ranked = rank(found.pool, asked, query_oov, self.settings, q.mode if not degraded else "keyword", q.top_k, floor)
         records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
         kept = [(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records]
         # Each hit counts for its memory's access, by the memory's user (a team's hits span users); a
@@ -102,28 +104,63 @@ class Recaller:
             self.access.record(org_id, user_id, ids)
         return RecallResult(memories=[recall_hit(*hit) for hit in kept], degraded=degraded)
 
-    def rank(
-        self, pool: Pool, query_oov: float, now: datetime, mode: str, top_k: int, min_score: float
-    ) -> list[tuple[str, float, ScoreParts]]:
-        """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
+@dataclass(frozen=True)
+class Asked:
+    """What recall reads of a question besides its terms and vector: when it is asked."""
 
-        The whole pool is scored with array arithmetic; ties go to the smaller id.
-        """
-        weights = self.weights.for_mode(mode)  # type: ignore[arg-type]
-        parts = scoring.ScoreArrays(
-            semantic=scoring.semantic(pool.cosine, self.settings.recall.semantic_scale) if mode != "keyword"
-            else np.zeros(len(pool.ids)),
-            keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, self.settings.recall.keyword_scale),
-            recency=scoring.recency(pool.created_at, as_utc(now).timestamp(), self.settings.recall.recency_half_life_days),
-            importance=pool.importance if pool.feedback_offset is None or pool.feedback_at is None
-            else effective_importance(pool.importance, pool.feedback_offset, pool.feedback_at,
-                                      as_utc(now).timestamp(), self.settings.feedback.half_life_days),
-        )
-        readable = scoring.readable_share(query_oov, pool.oov, self.settings.recall.oov_full_share)
-        scores = np.round(scoring.fuse(parts, weights, readable), 6).tolist()
-        kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
-        best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))[:top_k]
-        return [(pool.ids[i], scores[i], parts.parts(i)) for i in best]
+    text: str
+    as_of: datetime
+
+    @classmethod
+    def of(cls, text: str, *, as_of: datetime) -> Asked:
+        return cls(text, as_utc(as_of))
+
+
+def rank(
+    pool: Pool, asked: Asked, query_oov: float, settings: Settings, mode: str, top_k: int, min_score: float
+) -> list[tuple[str, float, ScoreParts]]:
+    """Fuse the pool's signals into (id, score, parts) of the best `top_k` at or over `min_score`.
+
+    The whole pool is scored with array arithmetic, then spread over turns where the pool knows
+    them (`agent_memory.spread`); ties go to the smaller id.
+    """
+    config = settings.recall
+    weights = scoring.Weights.from_settings(settings).for_mode(mode)  # type: ignore[arg-type]
+    readable = scoring.readable_share(query_oov, pool.oov, config.oov_full_share)
+    cosine = pool.cosine
+    parts = scoring.ScoreArrays(
+        semantic=scoring.semantic(cosine, config.semantic_scale, readable) if mode != "keyword"
+        else np.zeros(len(pool.ids)),
+        keyword=scoring.keyword_scores(pool.bm25, pool.idf_mass, config.keyword_scale),
+        recency=scoring.recency(pool.created_at, asked.as_of.timestamp(), config.recency_half_life_days),
+        importance=pool.importance if pool.feedback_offset is None or pool.feedback_at is None
+        else effective_importance(pool.importance, pool.feedback_offset, pool.feedback_at,
+                                  asked.as_of.timestamp(), settings.feedback.half_life_days),
+    )
+    if pool.asks is not None and config.asking_semantic_share < 1:
+        # As a turn that only asks counts its words once in keywords (agent_memory.text.only_asks).
+        parts = replace(parts, semantic=parts.semantic * np.where(pool.asks, config.asking_semantic_share, 1.0))
+    # Dense-only recall has no keywords to hand an unreadable pair's weight to: the model's cosine
+    # is all there is, and it keeps its full weight.
+    trust = scoring.semantic_trust(readable, config.unread_semantic_weight) if mode != "dense" else 1.0
+    fused = scoring.fuse(parts, weights, trust)
+    turns = pool.turns
+    if turns is not None:
+        if mode != "keyword" and config.feedback_depth > 0 and config.feedback_weight > 0:
+            cosine = spread.feedback_cosine(cosine, fused, turns, config.feedback_depth, config.feedback_weight)
+            parts = replace(parts, semantic=scoring.semantic(cosine, config.semantic_scale, readable))
+            fused = scoring.fuse(parts, weights, trust)
+        if config.session_weight > 0:
+            relevance = spread.session_relevance(turns, weights, trust if mode != "keyword" else 0.0,
+                                                 config.semantic_scale)
+            fused = spread.lift_sessions(fused, relevance, config.session_weight)
+        fused = spread.lift_neighbours(fused, turns, config.neighbour_share)
+    scores = np.round(fused, 6).tolist()
+    kept = range(len(scores)) if min_score <= 0 else [i for i, s in enumerate(scores) if s >= min_score]
+    best = sorted(kept, key=lambda i: (-scores[i], pool.ids[i]))
+    if turns is not None and config.diversity > 0:
+        best = spread.diverse_top(best, fused, turns.vectors, top_k, config.diversity)
+    return [(pool.ids[i], scores[i], parts.parts(i)) for i in best[:top_k]]
 
 
 def recall_hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallHit:

@@ -21,6 +21,7 @@ from agent_memory.models import (
     index_text_of,
     parse_input,
     speaker_name,
+    turn_order,
 )
 from agent_memory.redaction import Redactor
 from agent_memory.settings import Settings
@@ -167,16 +168,20 @@ class RowBuilder:
         speaker ("Caroline: I painted a sunrise."): a question names the person it is about. In a
         chat between one person and an assistant the name would only tie every turn of the
         person to the word, so it is left out. The turns before it (`context_turns`, with their
-        speakers) go to its keywords only, for turns of up to `context_max_terms` terms: an answer
-        ("Yes, last week!") is found by the question it answers, while a content-free turn never
-        borrows the vector of the fact it follows.
+        speakers) go to its keywords only, for turns of up to `context_max_terms` terms that follow
+        another speaker's turn: an answer ("Yes, last week!") is found by the question it answers,
+        while a content-free turn never borrows the vector of the fact it follows, and one
+        person's statements in a row (a list of facts) each keep their own words.
         """
         out: list[NewMemory] = []
         turns = self.settings.recall.context_turns
         labelled = len({name for m in messages if (name := person_name(m))}) > 1
         for i, message in enumerate(messages):
             short = len(terms(message.content, keep_stopwords=True)) <= self.settings.recall.context_max_terms
-            previous = messages[max(0, i - turns) : i] if short else []
+            # Only a turn that follows another speaker's turn answers something: one person's
+            # statements in a row are facts of their own, and each would carry the others' words.
+            answers = i > 0 and speaker_of(messages[i - 1]) != speaker_of(message)
+            previous = messages[max(0, i - turns) : i] if short and answers else []
             out.append(
                 NewMemory(
                     user_id=message.user_id, content=message.content, memory_type="episodic",
@@ -202,6 +207,11 @@ def person_name(message: MessageRecord) -> str | None:
     return name
 
 
+def speaker_of(message: MessageRecord) -> str:
+    """Who says a turn: the person's name, or the role where it names none."""
+    return person_name(message) or message.role
+
+
 def speaker_line(message: MessageRecord) -> str:
     """A turn as a line of its conversation: "speaker: content"."""
     return f"{speaker_name(message.name) or message.role}: {message.content}"
@@ -212,4 +222,4 @@ def group_sessions(records: Iterable[MessageRecord]) -> list[list[MessageRecord]
     groups: dict[tuple[str, str, str], list[MessageRecord]] = {}
     for record in records:
         groups.setdefault((record.org_id, record.user_id, record.session_id), []).append(record)
-    return [sorted(g, key=lambda m: (m.created_at, m.message_id)) for g in groups.values()]
+    return [sorted(g, key=lambda m: turn_order(m.created_at, m.message_id)) for g in groups.values()]

@@ -70,11 +70,21 @@ def recency(created_at: np.ndarray, now: float, half_life_days: float) -> np.nda
     return np.exp(-math.log(2) * age_days / half_life_days)
 
 
-def semantic(cosine: np.ndarray, scale: float = 0.0) -> np.ndarray:
+def semantic(cosine: np.ndarray, scale: float = 0.0, readable: np.ndarray | float = 1.0) -> np.ndarray:
     """Cosine similarity relative to the best of the pool, 0..1; a best match under `scale` counts
     as that weak (the best of unrelated texts is not made a perfect match). NaN, not found by the
-    vector retriever, is 0."""
+    vector retriever, is 0.
+
+    Where the model reads little of a pair (`readable` under 1: mostly `[UNK]` tokens), what two
+    texts share of `[UNK]` makes every cosine high (0.6 for any two Chinese texts with the bundled
+    model): the part of a cosine that the pool's median holds is taken off in that share, so the
+    little the model does see (Latin words, numbers, the characters it knows) still ranks.
+    """
     values = np.clip(np.nan_to_num(np.asarray(cosine, dtype=np.float64), nan=0.0), 0.0, 1.0)
+    found = values[~np.isnan(np.asarray(cosine, dtype=np.float64))] if values.size else values
+    unread = 1.0 - np.asarray(readable, dtype=np.float64)
+    if found.size and np.any(unread > 0):
+        values = np.maximum(0.0, values - unread * float(np.median(found)))
     top = max(float(values.max()) if values.size else 0.0, scale)
     return values / top if top > 0 else values
 
@@ -113,15 +123,48 @@ def idf(n: int, df: np.ndarray | int) -> np.ndarray:
 
 def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> tuple[np.ndarray, float]:
     """BM25 of each document, and the query's idf mass: the sum of the idf of its terms (see
-    `keyword_scores`).
+    `keyword_scores`)."""
+    counts = term_counts(query, documents)
+    return counts.bm25(), counts.idf_mass
 
-    The formula of the store's full-text index (k1 1.2, b 0.75); a query term counts once however
-    often it is asked. One pass over the documents' terms, whatever the query's length; the arrays
-    hold only the query terms that occur. A word no document holds counts in the mass with the idf
-    of a term of document frequency 0 (above that of any term a document holds): a question about
-    a "dish" that no memory names is not answered by the memory that says "lovely" for its "love".
-    A CJK term no document holds adds nothing: most are bigrams across word boundaries (什么语
-    gives 么语), which say nothing of what was asked.
+
+@dataclass(frozen=True)
+class TermCounts:
+    """How often each query term occurs in each document, and the documents' lengths.
+
+    The BM25 of the documents, or of groups of them (a session's turns read as one document),
+    comes from these counts without reading the terms again.
+    """
+
+    tf: np.ndarray  # documents x the query terms some document holds
+    lengths: np.ndarray
+    idf_mass: float
+
+    def bm25(self) -> np.ndarray:
+        """Okapi BM25 of each document with the formula of the store's full-text index (k1 1.2, b 0.75)."""
+        n = len(self.lengths)
+        if not self.tf.shape[1]:
+            return np.zeros(n)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * self.lengths / (self.lengths.mean() or 1.0))
+        weights = idf(n, np.count_nonzero(self.tf, axis=0))
+        return (weights * self.tf * (BM25_K1 + 1) / (self.tf + norm[:, None])).sum(axis=1)
+
+    def grouped(self, groups: np.ndarray, count: int) -> TermCounts:
+        """The counts of `count` groups of the documents (`groups`: each document's group)."""
+        tf = np.zeros((count, self.tf.shape[1]))
+        np.add.at(tf, groups, self.tf)
+        return TermCounts(tf, np.bincount(groups, weights=self.lengths, minlength=count), self.idf_mass)
+
+
+def term_counts(query: Sequence[str], documents: Sequence[Sequence[str]]) -> TermCounts:
+    """The query terms' counts in each document, and the query's idf mass.
+
+    A query term counts once however often it is asked. One pass over the documents' terms,
+    whatever the query's length; the arrays hold only the query terms that occur. A word no
+    document holds counts in the mass with the idf of a term of document frequency 0 (above that
+    of any term a document holds): a question about a "dish" that no memory names is not answered
+    by the memory that says "lovely" for its "love". A CJK term no document holds adds nothing:
+    most are bigrams across word boundaries (什么语 gives 么语), which say nothing of what was asked.
     """
     n = len(documents)
     wanted = set(query)
@@ -136,20 +179,24 @@ def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> 
                 columns.append(column.setdefault(term, len(column)))
     unheld.difference_update(column)
     missing = float(idf(n, 0)) * sum(1 for term in unheld if not CJK.search(term)) if n else 0.0
-    if not rows:
-        return np.zeros(n), missing
-    tf = np.zeros((n, len(column)))
-    np.add.at(tf, (rows, columns), 1.0)
     lengths = np.fromiter((len(d) for d in documents), dtype=np.float64, count=n)
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / (lengths.mean() or 1.0))
-    weights = idf(n, np.count_nonzero(tf, axis=0))
-    return (weights * tf * (BM25_K1 + 1) / (tf + norm[:, None])).sum(axis=1), float(weights.sum()) + missing
+    tf = np.zeros((n, len(column)))
+    if rows:
+        np.add.at(tf, (rows, columns), 1.0)
+    held = float(idf(n, np.count_nonzero(tf, axis=0)).sum()) if rows else 0.0
+    return TermCounts(tf, lengths, held + missing)
 
 
 def readable_share(query_oov: float, memory_oov: np.ndarray, full_share: float) -> np.ndarray:
     """How much the embedding model reads of a query-memory pair: 1 fully, 0 not at all."""
     worst = np.maximum(query_oov, np.asarray(memory_oov, dtype=np.float64))
     return np.maximum(0.0, 1.0 - np.minimum(1.0, worst / full_share))
+
+
+def semantic_trust(readable: np.ndarray, unread_weight: float) -> np.ndarray:
+    """The share of the semantic weight a pair keeps: all of it where the model reads both texts,
+    `unread_weight` of it where it reads neither (keywords carry the rest)."""
+    return unread_weight + (1.0 - unread_weight) * np.asarray(readable, dtype=np.float64)
 
 
 def fuse(parts: ScoreArrays, weights: Weights, readable: np.ndarray | float = 1.0) -> np.ndarray:

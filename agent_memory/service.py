@@ -35,6 +35,7 @@ from agent_memory.models import (
     SearchQuery,
     check_identifier,
     parse_input,
+    turn_order,
     utcnow,
 )
 from agent_memory.portability import export_lines, parse_export
@@ -364,7 +365,7 @@ class MemoryService:
         first = messages[0]
         logged = self.store.session_messages(Scope.user(first.org_id, first.user_id), first.session_id, 1_000_000)
         session = {m.message_id: m for m in logged} | {m.message_id: m for m in messages}
-        ordered = sorted(session.values(), key=lambda m: (m.created_at, m.message_id))
+        ordered = sorted(session.values(), key=lambda m: turn_order(m.created_at, m.message_id))
         wanted = {m.message_id for m in messages}
         return [memory for memory in self.rows.raw_memories(ordered) if memory.source_ids[0] in wanted]
 

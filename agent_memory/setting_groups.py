@@ -87,11 +87,23 @@ class EmbeddingSettings(Group):
         description="Threads of each model call of an ingress replica's query model; unset: 2 for the exact model, "
                     "1 for int8.")
 
+    gloss_chinese: Literal["auto", "on", "off"] = env(
+        "embedding_gloss_chinese", "off",
+        description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
+                    "`auto`: for the bundled model. Recall gains; consolidation merges more Chinese look-alikes "
+                    "(docs/recall.md). A store written with another value is re-embedded with `agent-memory reembed`.")
+
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
         if self.query_precision == "int8" and self.backend == "torch":
             raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
         return self
+
+    def glosses_chinese(self) -> bool:
+        """Whether Chinese texts are embedded as their gloss."""
+        if self.gloss_chinese == "auto":
+            return self.model.strip() in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}")
+        return self.gloss_chinese == "on"
 
     def query_threads_at(self, precision: str) -> int:
         """The query model's threads were it run at `precision`. Exact, two threads took a lone query
@@ -275,6 +287,22 @@ class RecallSettings(Group):
                           description="A user with at most this many matching memories is scored in process from one scan.")
     oov_full_share: float = Field(0.5, gt=0, le=1,
                                   description="Share of [UNK] tokens above which the model is taken not to read a text.")
+    asking_semantic_share: float = Field(0.5, ge=0, le=1,
+                                         description="Share of its semantic signal a memory that only asks keeps: a "
+                                                     "question is near the question asked, not its answer.")
+    unread_semantic_weight: float = Field(0.0, ge=0, le=1,
+                                          description="Share of the semantic weight kept where the model reads neither "
+                                                      "text of a pair (the rest goes to keywords).")
+    feedback_depth: int = env("recall_feedback_depth", 0, ge=0, le=50,
+                              description="Best memories whose mean vector the query moves towards (0: no feedback).")
+    feedback_weight: float = env("recall_feedback_weight", 0.0, ge=0, le=5,
+                                 description="How far the query moves towards them.")
+    session_weight: float = env("recall_session_weight", 0.0, ge=0, le=1,
+                                description="Share of a memory's score given by how well its whole session matches.")
+    neighbour_share: float = env("recall_neighbour_share", 0.0, ge=0, le=1,
+                                 description="A turn scores at least this share of the better of the turns beside it.")
+    diversity: float = env("recall_diversity", 0.0, ge=0, le=1,
+                           description="Maximal marginal relevance: the weight of a hit's likeness to those above it.")
     context_turns: int = Field(2, ge=0, le=10, description="Preceding turns in a raw memory's keywords.")
     context_max_terms: int = Field(200, ge=0, description="Turns with more terms than this are indexed without context.")
     content_boost: int = Field(2, ge=1, le=5, description="How many times a memory's own terms count against its context's.")

@@ -78,6 +78,8 @@ class Pool:
     idf_mass: float | None = None
     feedback_offset: np.ndarray | None = None
     feedback_at: np.ndarray | None = None
+    turns: Turns | None = None
+    asks: np.ndarray | None = None  # whether each memory only asks (see `storage.recall_scan.ONLY_ASKS`)
 
     @classmethod
     def of(cls, dense: Sequence[Candidate], lexical: Sequence[Candidate], idf_mass: float | None = None) -> Pool:
@@ -112,6 +114,25 @@ class Pool:
 
 def _seconds(at: datetime | None) -> float:
     return at.timestamp() if at is not None else float("nan")
+
+
+@dataclass(frozen=True)
+class Turns:
+    """Where a pool's memories sit in their conversations, and what they say, for the steps that
+    spread evidence over turns (a per-user scan knows them; an index search does not).
+
+    `session` is each memory's session (-1: none), `previous` and `following` the pool index of
+    the turn before and after it in that session (-1: none), `vectors` the memories' unit vectors
+    (None without a query vector). `session_cosine` and `session_bm25` score each memory's session
+    as one document (its turns' mean vector, their terms together), NaN where it has none.
+    """
+
+    session: np.ndarray
+    previous: np.ndarray
+    following: np.ndarray
+    vectors: np.ndarray | None
+    session_cosine: np.ndarray
+    session_bm25: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -200,8 +221,10 @@ class MemoryStore(Protocol):
         *,
         dense_limit: int,
         keyword_limit: int,
+        turns: bool = False,
     ) -> Retrieved:
-        """Both retrievers at once: vector top-`dense_limit` and BM25 top-`keyword_limit`; None skips vectors."""
+        """Both retrievers at once: vector top-`dense_limit` and BM25 top-`keyword_limit`; None skips vectors;
+        `turns`: the pool says where its memories sit in their conversations, where the search knows."""
         ...
 
     def vector_search(

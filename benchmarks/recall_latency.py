@@ -75,11 +75,12 @@ def build(store: LanceStore, embedder: SentenceTransformerEmbedder, memories: in
         created = now - timedelta(minutes=rng.randrange(0, 60 * 24 * 365))
         batch.append(MemoryRecord.model_construct(
             id=stable_id("bench", str(i)), org_id="bench", team_id=None, user_id=user, agent_id=None,
-            session_id=None, content=content, index_text=content, keywords=keyword_text(content),
+            # Ten turns a session, so that the steps that read sessions and neighbours have them.
+            session_id=f"s{i // users // 10}", content=content, index_text=content, keywords=keyword_text(content),
             memory_type=rng.choice(["episodic", "semantic", "procedural"]), importance=rng.random(),
             confidence=1.0, status="active", superseded_by=None, valid_from=created, valid_to=None,
             created_at=created, updated_at=created, last_accessed_at=None, access_count=0, expires_at=None,
-            source_ids=[], metadata={}, oov=oov[j], origin_hash="", vector=vectors[j].tolist()))
+            source_ids=[f"{user}:m{i // users}"], metadata={}, oov=oov[j], origin_hash="", vector=vectors[j].tolist()))
         if len(batch) == 20_000:
             store.insert_memories(OrgScope("bench"), batch)
             batch = []

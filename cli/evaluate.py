@@ -40,11 +40,12 @@ def evaluate(history: str | None, questions: str | None, extraction: str | None,
         return EXIT_USAGE
     from agent_memory.embedding import build_embedder
     from agent_memory.errors import InvalidInputError
-    from agent_memory.evaluation import evaluate_recall, format_table, load_questions
+    from agent_memory.evaluation import evaluate_recall, format_table, load_questions, named_sessions
     from jobs.importer import import_into
     from storage.connect import open_service
 
     labelled = load_questions(questions)
+    session_of = named_sessions(history, org_id)
     precision = query_precision or config.embedding.query_precision
     if precision == "int8" and config.embedding.backend == "torch":  # before the import, not after it
         raise InvalidInputError("--query-precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
@@ -54,14 +55,15 @@ def evaluate(history: str | None, questions: str | None, extraction: str | None,
             imported = import_into(service, history, mode=mode, org_id=org_id)
             service.maintenance.optimize()
             if precision == "fp32":
-                report = evaluate_recall(service, labelled, top_k=top_k, default_org=org_id)
+                report = evaluate_recall(service, labelled, top_k=top_k, default_org=org_id, session_of=session_of)
                 report["query_precision"] = getattr(service.embedder, "precision", "fp32")
             else:
                 # Stored exactly, as every write is; only the questions go through the int8 model,
                 # as the ingress runs it: that precision, and its threads.
                 queries = build_embedder(config, threads=config.embedding.query_threads_at(precision), precision=precision)
                 with open_service(scratch, embedder=queries, store=service.store) as asking:
-                    report = evaluate_recall(asking, labelled, top_k=top_k, default_org=org_id)
+                    report = evaluate_recall(asking, labelled, top_k=top_k, default_org=org_id,
+                                             session_of=session_of)
                 report["query_precision"] = getattr(queries, "precision", "fp32")  # what the model ran at
     report["history"] = {"messages": imported.messages_logged, "memories": imported.memories_written,
                          "rejected": imported.rows_rejected}

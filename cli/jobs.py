@@ -44,14 +44,15 @@ def consolidate(user_id: str | None, dry_run: bool, engine: str, storage_uri: st
     return 1 if report["errors"] else 0
 
 
-@command("reembed", short_help=f"Re-embed every memory with another model. {ON_STORE}",
+@command("reembed", short_help=f"Re-embed every memory with a model. {ON_STORE}",
          epilog=ON_RAY)
 @click.option("--model", required=True, help="A sentence-transformers name or path, or openai:<model>.")
 @click.option("--engine", default="ray", show_default=True, type=click.Choice(["ray", "local"]))
 @store_options(ray=True, org=False)
 @click.option("--org-id", hidden=True)  # accepted, as by every command on the store; reembedding is of all orgs
 def reembed(model: str, engine: str, storage_uri: str | None, address: str | None, **_: Any) -> int:
-    """Recompute every memory's vector with another model, then switch the store to it."""
+    """Recompute every memory's vector with a model, then switch the store to it (the model in force
+    again: after `embedding_gloss_chinese` changed how Chinese is embedded)."""
     from jobs.reembed import reembed as run_reembed
     from jobs.runtime import ensure_ray
 

@@ -13,7 +13,7 @@ import numpy as np
 from agent_memory.embedding import Embedder
 from agent_memory.extraction import build_extractor, extract_and_store
 from agent_memory.history import ImportMode
-from agent_memory.models import MemoryRecord, MessageRecord
+from agent_memory.models import MemoryRecord, MessageRecord, turn_order
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from jobs.import_report import ImportResult
@@ -88,7 +88,7 @@ class ImportWriter:
             return
         extractor = build_extractor(self.service.settings, mode)
         for (org_id, _user), turns in sorted(self.turns.items()):
-            turns.sort(key=lambda m: (m.created_at, m.session_id, m.message_id))
+            turns.sort(key=lambda m: (m.created_at, m.session_id, turn_order(m.created_at, m.message_id)))
             extracted = extract_and_store(self.service, org_id, turns, mode, actor=self.actor, extractor=extractor)
             # What extraction made of the turns: new memories, restatements folded into one the
             # user had, and candidates already stored by an earlier run of the same file.

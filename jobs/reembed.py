@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from agent_memory.embedding import Embedder, build_embedder
-from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 from jobs.progress import ProgressBar
 from jobs.runtime import (
@@ -52,8 +51,6 @@ class Reembedding:
         self.store = store or open_store(settings, embedding_model=None, embedding_dim=None)
         self.tables = maintenance_of(self.store).tables
         self.embedder: Embedder = build_embedder(self.target)
-        if self.embedder.name == self.store.embedding_model:
-            raise InvalidInputError(f"the store already holds vectors of {self.embedder.name!r}")
         self.previous = self.store.embedding_model
         self.staging = open_staging(self.tables, self.embedder.name, self.embedder.dim)
 

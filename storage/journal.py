@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import MemoryEvent, MessageRecord, OrgScope, Scope, WriteScope
+from agent_memory.models import MemoryEvent, MessageRecord, OrgScope, Scope, WriteScope, turn_order
 from agent_memory.store import EventSelection
 from storage import schema as sc
 from storage.filters import Where, scoped
@@ -100,7 +100,7 @@ class Journal:
         """The last messages of one session of the scope's user, oldest first."""
         where = scoped(scope, owner_only=True).eq("session_id", session_id)
         rows = self.tables.rows(sc.MESSAGES, where)
-        rows.sort(key=lambda r: (r["created_at"], r["message_id"]))
+        rows.sort(key=lambda r: turn_order(r["created_at"], r["message_id"]))
         return [sc.message_record(r) for r in rows[-last:]] if last > 0 else []
 
     def put_job(self, scope: OrgScope, job: dict[str, Any]) -> None:

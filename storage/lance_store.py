@@ -120,11 +120,11 @@ class LanceStore:
 
     def search(
         self, scope: Scope, vector: np.ndarray | None, keywords: str, recall_filter: RecallFilter, *,
-        dense_limit: int, keyword_limit: int,
+        dense_limit: int, keyword_limit: int, turns: bool = False,
     ) -> Retrieved:
         """Both retrievers inside the prefiltered rows (see RecallScan.search)."""
         return self.recall.search(scope, vector, keywords, recall_filter, dense_limit=dense_limit,
-                                  keyword_limit=keyword_limit)
+                                  keyword_limit=keyword_limit, turns=turns)
 
     def vector_search(self, scope: Scope, vector: np.ndarray, recall_filter: RecallFilter, limit: int) -> list[Candidate]:
         """Exact cosine search inside the prefiltered rows."""

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from agent_memory import scoring
 from agent_memory.errors import ConflictError
 from agent_memory.models import MemoryRecord, Scope
-from agent_memory.store import Candidate, Pool, RecallFilter, Retrieved
+from agent_memory.store import Candidate, Pool, RecallFilter, Retrieved, Turns
 from agent_memory.text import index_terms
 from storage import schema as sc
 from storage.filters import Where, metadata_term, scoped
@@ -115,9 +115,11 @@ class RecallScan:
         *,
         dense_limit: int,
         keyword_limit: int,
+        turns: bool = False,
     ) -> Retrieved:
         """Both retrievers inside the prefiltered rows: vector top-`dense_limit` (every row of a scanned
-        user), BM25 top-`keyword_limit`.
+        user), BM25 top-`keyword_limit`; with `turns`, a scanned user's pool knows its sessions and
+        neighbouring turns (`Pool.turns`).
 
         A user's memories are few: one scan reads them with their vectors and keyword terms, and
         cosine and BM25 (over that user's rows) are computed here. That is one read instead of two
@@ -130,7 +132,8 @@ class RecallScan:
         if scope.user_id is not None and key not in self.large_scopes:
             # Expiry is checked here rather than in the filter: Lance evaluates it by re-reading the
             # rows the indexes found, which costs more than reading one more column (measured).
-            columns = [*SCAN_COLUMNS, "expires_at"] + (["vector"] if vector is not None else [])
+            columns = [*SCAN_COLUMNS, "expires_at"] + (["vector"] if vector is not None else []) \
+                + (["session_id"] if turns else [])
             result = self.snapshot().to_table(
                 columns=columns, filter=self.recall_where(scope, recall_filter, expiry=False).render(),
                 limit=self.scan_limit + 1,
@@ -202,30 +205,96 @@ def display_records(result: pa.Table, ids: Sequence[str], owner: dict[str, str])
 def scanned_pool(
     result: pa.Table, vector: np.ndarray | None, query_terms: Sequence[str], dense_limit: int, keyword_limit: int
 ) -> Pool:
-    """Score a scope's scanned rows by cosine and by BM25; the pool holds each retriever's best."""
+    """Score a scope's scanned rows by cosine and by BM25; the pool holds each retriever's best,
+    with where each sits in its conversation and how its session scores as a whole."""
     n = result.num_rows
     cosine = np.full(n, np.nan)
+    all_cosine = np.zeros(n)
+    matrix = None
     if vector is not None and n:
         matrix = result.column("vector").combine_chunks().flatten().to_numpy().reshape(n, -1)
-        scores = (matrix @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
-        best = best_rows(scores, dense_limit, np.arange(n))
-        cosine[best] = scores[best]
+        all_cosine = (matrix @ np.asarray(vector, dtype=np.float32)).astype(np.float64)
+        best = best_rows(all_cosine, dense_limit, np.arange(n))
+        cosine[best] = all_cosine[best]
     bm25 = np.full(n, np.nan)
     idf_mass = None
+    counts = None
     if query_terms and n:
         documents = [index_terms(k or "") for k in result.column("keywords").to_pylist()]
-        scores, idf_mass = scoring.bm25_with_mass(query_terms, documents)
+        counts = scoring.term_counts(query_terms, documents)
+        scores, idf_mass = counts.bm25(), counts.idf_mass
         best = best_rows(scores, keyword_limit, np.flatnonzero(scores > 0))
         bm25[best] = scores[best]
     rows = np.flatnonzero(~np.isnan(cosine) | ~np.isnan(bm25))
+    created = pc.cast(pc.cast(result.column("created_at"), sc.TIMESTAMP), pa.int64()).to_numpy()
     return Pool(
         ids=result.column("id").take(rows).to_pylist(), cosine=cosine[rows], bm25=bm25[rows],
-        created_at=seconds(result.column("created_at").take(rows)),
+        created_at=created[rows] / 1e6,  # microseconds (sc.TIMESTAMP) to seconds
         importance=result.column("importance").take(rows).to_numpy().astype(np.float64),
         oov=result.column("oov").take(rows).to_numpy().astype(np.float64),
         idf_mass=idf_mass,
         feedback_offset=result.column("feedback_offset").take(rows).to_numpy().astype(np.float64),
         feedback_at=seconds(result.column("feedback_at").take(rows)),
+        turns=scanned_turns(result, created, rows, matrix, all_cosine, counts) if "session_id" in result.column_names
+        else None,
+        asks=pc.match_substring_regex(result.column("content").take(rows), ONLY_ASKS).to_numpy(zero_copy_only=False)
+        if len(rows) else None,
+    )
+
+
+# A text that only asks: no sentence ends in it but at a question mark, and it ends at one (the
+# test of `agent_memory.text.only_asks`, run on the pool's column at once).
+ONLY_ASKS = r"^[^.!。！；;\n]*[?？][\s\x{fe0f}]*$"
+
+
+# The number a turn's id ends with ("D1:12", "session#3", "c01-s1-t07"): its place among turns
+# sent with one timestamp (as `agent_memory.models.turn_order` reads it).
+_LAST_NUMBER = r"(?P<n>\d+)\D*$"
+
+
+def scanned_turns(result: pa.Table, created: np.ndarray, rows: np.ndarray, matrix: np.ndarray | None,
+                  cosine: np.ndarray, counts: scoring.TermCounts | None) -> Turns | None:
+    """Sessions and neighbouring turns of the pool's rows (`rows` of the scanned `result`)."""
+    if "session_id" not in result.column_names or not len(rows):
+        return None
+    sessions = result.column("session_id").combine_chunks()
+    if sessions.null_count == len(sessions):
+        return None
+    names, session = np.unique(sessions.fill_null("").to_numpy(zero_copy_only=False), return_inverse=True)
+    session = np.where(pc.is_null(sessions).to_numpy(zero_copy_only=False), -1, session)
+    first_source = pc.binary_join(result.column("source_ids").combine_chunks(), "\x1f")
+    number = pc.extract_regex(pc.replace_substring_regex(first_source, "\x1f.*$", ""), _LAST_NUMBER)
+    position = pc.cast(pc.struct_field(number, "n"), pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    order = np.lexsort((position, created, session))
+    previous = np.full(len(session), -1)
+    following = np.full(len(session), -1)
+    same = session[order[1:]] == session[order[:-1]]
+    same &= session[order[1:]] >= 0
+    previous[order[1:][same]] = order[:-1][same]
+    following[order[:-1][same]] = order[1:][same]
+    # Scanned rows to pool indices (a row outside the pool is no neighbour).
+    local = np.full(len(session), -1)
+    local[rows] = np.arange(len(rows))
+    count = len(names)
+    grouped = np.where(session >= 0, session, count)
+    session_cosine = np.full(len(session), np.nan)
+    if matrix is not None:
+        sums = np.zeros((count + 1, matrix.shape[1]))
+        np.add.at(sums, grouped, matrix)
+        norms = np.linalg.norm(sums, axis=1)
+        totals = np.bincount(grouped, weights=cosine, minlength=count + 1)
+        session_cosine = (totals / np.where(norms > 0, norms, 1.0))[grouped]
+    session_bm25 = np.full(len(session), np.nan)
+    if counts is not None:
+        session_bm25 = counts.grouped(grouped, count + 1).bm25()[grouped]
+    none = session < 0
+    session_cosine[none] = np.nan
+    session_bm25[none] = np.nan
+    return Turns(
+        session=session[rows], previous=np.where(previous[rows] >= 0, local[previous[rows]], -1),
+        following=np.where(following[rows] >= 0, local[following[rows]], -1),
+        vectors=matrix[rows] if matrix is not None else None,
+        session_cosine=session_cosine[rows], session_bm25=session_bm25[rows],
     )
 
 

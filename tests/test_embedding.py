@@ -11,6 +11,8 @@ import pytest
 
 from agent_memory.embedding import (
     BatchingEmbedder,
+    Embedder,
+    GlossingEmbedder,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
@@ -212,3 +214,26 @@ def test_the_local_model_serves_many_threads_at_once(embedder: SentenceTransform
     assert np.abs(np.stack([v for v, _ in results]) - embedder.embed_batch(texts)).max() < 1e-5
     assert max(batcher.batch_sizes) > 1  # concurrent queries did share passes
     assert [share for _, share in results] == embedder.oov_shares(texts)
+
+
+def test_the_bundled_model_reads_chinese_through_its_gloss(embedder: Embedder) -> None:
+    glossing = GlossingEmbedder(embedder)
+    memories = ["我老公在银行上班。", "我们家的猫叫土豆，今年三岁了。", "周末我常去爬山。"]
+    question = "她丈夫在哪里工作？"
+    # The model alone reads under 60% of it and ranks the cat first; through the gloss it reads all
+    # of it, and the question is nearest the memory that answers it.
+    assert min(embedder.oov_shares(memories)) > 0.4 and max(glossing.oov_shares(memories)) < 0.1
+    assert int(np.argmax(embedder.embed_batch(memories) @ embedder.embed_query(question))) != 0
+    cosines = glossing.embed_batch(memories) @ glossing.embed_query(question)
+    assert int(np.argmax(cosines)) == 0
+    # English goes to the model as it is.
+    assert np.allclose(glossing.embed_batch(["refund policy"]), embedder.embed_batch(["refund policy"]), atol=1e-6)
+
+
+def test_chinese_is_glossed_when_asked_and_auto_means_the_bundled_model() -> None:
+    def glosses(**values: str) -> bool:
+        return Settings(_env_file=None, **values).embedding.glosses_chinese()  # type: ignore[call-arg]
+
+    assert not glosses() and glosses(embedding_gloss_chinese="auto")
+    assert not glosses(embedding_model="openai:text-embedding-3-small", embedding_gloss_chinese="auto")
+    assert glosses(embedding_model="some/multilingual-model", embedding_gloss_chinese="on")

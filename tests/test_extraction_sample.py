@@ -81,6 +81,10 @@ def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any, monkeypatch: 
     floor = reports["fp32"]["floor"]
     assert floor["min_score"] > 0 and floor["evidence_hits"] > 0 and 0 <= floor["evidence_hits_cut"] < 0.2
     assert not int8_graphs["fp32"] and len(int8_graphs["int8"]) == 1  # only the int8 run made (and used) it
+    # The sample names its sessions: session-level recall as LongMemEval's script counts it, beside.
+    sessions = reports["fp32"]["hybrid"]
+    assert 0.5 < sessions["recall_all@10"] <= sessions["recall_any@10"] <= 1.0
+    assert sessions["recall_any@5"] <= sessions["recall_any@10"]
     english = {mode: (reports["fp32"]["by_category"]["en"][mode], reports["int8"]["by_category"]["en"][mode])
                for mode in ("hybrid", "dense")}
     for exact, quick in english.values():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agent_memory.embedding import SentenceTransformerEmbedder, bundled_model_path
-from agent_memory.errors import ConflictError, InvalidInputError
+from agent_memory.errors import ConflictError
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from jobs.reembed import Reembedding, reembed
@@ -76,11 +76,19 @@ def test_reembed_catches_up_and_switches(
         assert fresh.get(Scope.user("acme", "u1"), ids[0]).content.startswith("I now prefer Rust")
 
 
-def test_reembed_to_the_model_in_force_is_refused(make_service: Callable[..., MemoryService]) -> None:
-    service = make_service()
-    service.add("acme", {"user_id": "u1", "content": FACTS[0]})
-    with pytest.raises(InvalidInputError, match="already"):
-        reembed(service.settings, service.settings.embedding.model, engine="local")
+def test_reembed_with_the_model_in_force_embeds_chinese_through_its_gloss(
+    make_service: Callable[..., MemoryService],
+) -> None:
+    # The fixture's embedder reads Chinese as it is written; these settings gloss it: re-embedding
+    # with the model in force recomputes every vector.
+    service = make_service(embedding_gloss_chinese="auto")
+    service.add("acme", {"user_id": "u1", "content": "我老公在银行上班。"})
+    oov = maintenance_of(service.store).tables.table("memories").to_lance().to_table(columns=["oov"])
+    assert oov.column("oov")[0].as_py() > 0.3
+    report = reembed(service.settings, service.settings.embedding.model, engine="local")
+    assert (report["memories"], report["embedded"], report["model"]) == (1, 1, service.embedder.name)
+    oov = maintenance_of(service.store).tables.table("memories").to_lance().to_table(columns=["oov"])
+    assert oov.column("oov")[0].as_py() == 0.0
 
 
 def test_local_reembed_leaves_the_old_setting_refused(

@@ -4,14 +4,20 @@ can), OpenAI-compatible endpoints (`remote`), and `build_embedder`, which picks 
 
 from __future__ import annotations
 
-from agent_memory.embedding.base import OPENAI_PREFIX, PRECISIONS, BatchingEmbedder, Embedder
+from agent_memory.embedding.base import (
+    OPENAI_PREFIX,
+    PRECISIONS,
+    BatchingEmbedder,
+    Embedder,
+    GlossingEmbedder,
+)
 from agent_memory.embedding.local import SentenceTransformerEmbedder, bundled_model_path
 from agent_memory.embedding.remote import OpenAIEmbedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 
 __all__ = [
-    "OPENAI_PREFIX", "PRECISIONS", "BatchingEmbedder", "Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder",
+    "OPENAI_PREFIX", "PRECISIONS", "BatchingEmbedder", "Embedder", "GlossingEmbedder", "OpenAIEmbedder", "SentenceTransformerEmbedder",
     "build_embedder", "bundled_model_path",
 ]
 
@@ -30,12 +36,14 @@ def build_embedder(settings: Settings, *, threads: int | None = None, precision:
             batch_size=settings.embedding.batch_size,
             cache_size=settings.embedding.cache_size,
         )
-    return SentenceTransformerEmbedder(
+    glossed = settings.embedding.glosses_chinese()
+    local = SentenceTransformerEmbedder(
         name,
         device=settings.embedding.device,
         batch_size=settings.embedding.batch_size,
-        cache_size=settings.embedding.cache_size,
+        cache_size=0 if glossed else settings.embedding.cache_size,
         backend=settings.embedding.backend,
         threads=threads,
         precision=precision,
     )
+    return GlossingEmbedder(local, settings.embedding.cache_size) if glossed else local

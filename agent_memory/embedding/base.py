@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import numpy as np
 
 from agent_memory.errors import AgentMemoryError, UnavailableError
+from agent_memory.text import gloss, is_chinese
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,36 @@ class Embedder(ABC):
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
         return vector
+
+
+class GlossingEmbedder(Embedder):
+    """An English model that reads Chinese through its dictionary gloss (`agent_memory.text.gloss`).
+
+    The bundled model knows few Chinese characters: most become `[UNK]`, and any two Chinese texts
+    come out alike. Embedded as their gloss ("我老公在银行上班" -> "I husband at bank go to work"),
+    Chinese memories and questions are compared by what they say. Other texts go to the model as
+    they are, and so does the vocabulary coverage of each text as the model is given it.
+    """
+
+    def __init__(self, inner: Embedder, cache_size: int = 0) -> None:
+        super().__init__(cache_size)
+        self.inner = inner
+        self.name, self.dim = inner.name, inner.dim
+
+    @staticmethod
+    def read(texts: Sequence[str]) -> list[str]:
+        """What the model is given of each text: its gloss where it is Chinese."""
+        return [gloss(t) if is_chinese(t) else t for t in texts]
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_batch(self.read(texts))
+
+    def oov_shares(self, texts: Sequence[str]) -> list[float]:
+        return self.inner.oov_shares(self.read(texts))
+
+    def __getattr__(self, name: str) -> object:
+        # The wrapped model's own attributes (device, backend, precision) read through.
+        return getattr(self.__dict__["inner"], name)
 
 
 class BatchingEmbedder(Embedder):

@@ -1,4 +1,5 @@
 # Two commands: `make run` and `make test`. Both bootstrap .venv on first use.
+# `make test-fast` runs the unit tier alone (tests/tiers.py).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,14 +7,14 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test bootstrap lint bench eval sample fuzz clean
+.PHONY: run test test-fast bootstrap lint bench eval sample fuzz clean check-names
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: a looser spec (or a dependency's) would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	# The HTTP client, its own distribution (httpx and pydantic only): the server's API models are its.
-	$(PY) -m pip install --quiet --disable-pip-version-check -e clients/python
+	# The project ships its HTTP client (clients/python/agent_memory_http) inside: nothing of ours
+	# comes from a package index.
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
@@ -27,6 +28,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+# The unit tier: no model, no store, no Ray. The others: $(PY) -m pytest -m store (ray, serve, stack).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -48,3 +53,18 @@ fuzz: $(STAMP)
 
 clean:
 	rm -rf data
+
+# Fails when a distribution name of ours (the server's, the client's) is taken on the package index,
+# where `pip install NAME` would fetch another project's code. It asks the index (its simple API:
+# 404 for a free name), so it is not part of `make test`.
+INDEX_URL ?= https://pypi.org/simple
+NAMES := $(shell sed -n '/^\[project\]/,/^\[/ s/^name = "\(.*\)"$$/\1/p' pyproject.toml clients/python/pyproject.toml)
+check-names:
+	@for name in $(NAMES); do \
+	    status=$$(curl -s -o /dev/null -w '%{http_code}' --max-time 30 "$(INDEX_URL)/$$name/"); \
+	    case $$status in \
+	        404) echo "$$name: free on $(INDEX_URL)";; \
+	        200) echo "$$name is taken on $(INDEX_URL): 'pip install $$name' fetches another project"; exit 1;; \
+	        *) echo "$$name: $(INDEX_URL) did not answer ($$status)"; exit 1;; \
+	    esac; \
+	done

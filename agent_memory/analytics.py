@@ -9,15 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agent_memory.text import cjk_share
-
-# Share of CJK letters above which a text counts as Chinese (as in `evaluation` and the notebooks).
-CJK_LANGUAGE_SHARE = 0.3
+from agent_memory.text import is_chinese
 
 
 def language_of(text: str) -> str:
-    """`zh` for a text that is mostly CJK, else `en`."""
-    return "zh" if cjk_share(text) > CJK_LANGUAGE_SHARE else "en"
+    """`zh` for a text that is mostly Chinese (`agent_memory.text.is_chinese`), else `en`."""
+    return "zh" if is_chinese(text) else "en"
 
 
 def monthly_counts(created_at: pd.Series, by: pd.Series) -> pd.DataFrame:

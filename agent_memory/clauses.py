@@ -26,12 +26,11 @@ import re
 from dataclasses import dataclass
 
 from agent_memory.stance import WORK_ROLES, is_person_word, names_person_first, persons
-from agent_memory.text import CJK_RANGES, chinese_words, terms
+from agent_memory.text import chinese_words, is_chinese, terms
 
 # Clause boundaries inside a sentence: commas, dashes, semicolons, colons (either script).
 # A colon between digits is a ratio or a time ("16:8", "7:40"), not a boundary.
 _CLAUSE = re.compile(r"(?:[^,，;；:：—–]|(?<=\d)[:：](?=\d))+(?:[,，;；:：—–]+|$)")
-_CJK = re.compile(f"[{CJK_RANGES}]")
 # Words that join the user's clause to another: "even though I do school drop-off".
 _SUBORDINATORS = "even though|although|because|while|whereas"
 _EN_OPENERS = re.compile(
@@ -258,12 +257,6 @@ def _split_joined(clause: str) -> list[str]:
 def _bare(clause: str, zh: bool) -> str:
     text = clause.strip().strip(",，;；:：—–").strip()
     return _ZH_OPENERS.sub("", text) if zh else _EN_OPENERS.sub("", text)
-
-
-def is_chinese(text: str) -> bool:
-    """Whether a text is mostly Chinese (more CJK characters than Latin letters)."""
-    cjk = len(_CJK.findall(text))
-    return cjk > 0 and cjk >= sum(c.isascii() and c.isalpha() for c in text) / 3
 
 
 def dropped(clause: str, zh: bool) -> bool:

@@ -5,7 +5,8 @@ Pure planning (`plan_user`) is separate from applying (`apply_plan`), so a dry r
 what a real run would do, and tests check plans without a store. Jobs (`jobs/consolidate.py`) run
 this per user; nothing here imports Ray or LanceDB.
 
-Which memories are restatements is decided in `agent_memory.clustering`, on the guards of
+Which memories are restatements is decided in `agent_memory.linking` (which two may merge) and
+`agent_memory.clustering` (the groups every pair of which may), on the guards of
 `agent_memory.stance` (negation, other people, time and intent) and `agent_memory.wording`
 (names, content words); the LLM summarizer and judge are in `agent_memory.judges`.
 """
@@ -20,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agent_memory.clustering import Cluster, Judge, candidate_pairs, cluster_memories, corpus_idf
+from agent_memory.clustering import Cluster, Judge, cluster_memories
 from agent_memory.judges import RememberedJudge, Summarize, build_judge, build_summarizer
+from agent_memory.linking import candidate_pairs, corpus_idf
 from agent_memory.models import MemoryRecord, Scope, index_text_of
 from agent_memory.settings import Settings
 

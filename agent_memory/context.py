@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.models import ContextQuery, MessageRecord, RecallHit
-from agent_memory.settings import BUNDLED_MODEL, ContextSettings
-from agent_memory.text import cjk_share, only_asks, terms
+from agent_memory.setting_groups import BUNDLED_MODEL, ContextSettings
+from agent_memory.text import is_chinese, only_asks, terms
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ WORDS: dict[Language, dict[str, str]] = {
 
 
 def language_of(texts: Sequence[str]) -> Language:
-    """`zh` when most letters of the session (or the query) are Chinese characters."""
-    return "zh" if cjk_share(" ".join(texts)) >= 0.3 else "en"
+    """`zh` when the session (or the query) is mostly Chinese (`agent_memory.text.is_chinese`)."""
+    return "zh" if is_chinese(" ".join(texts)) else "en"
 
 
 def speaker(turn: MessageRecord, words: dict[str, str]) -> str:

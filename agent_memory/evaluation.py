@@ -13,8 +13,8 @@ from typing import Any
 from agent_memory.errors import InvalidInputError
 from agent_memory.extraction import build_extractor, extract_and_store
 from agent_memory.models import Scope
-from agent_memory.rules import normalised, sentences
-from agent_memory.text import terms
+from agent_memory.rules import said_sentences
+from agent_memory.text import comparable, terms
 
 MODES = ("hybrid", "dense", "keyword")
 
@@ -213,8 +213,8 @@ def evaluate_extraction(
         retired = [f for f in flipped if all(any(fact_matches(e, c) for e in expected) for c in active if fact_matches(f, c))]
         flips = case.get("flips", [])
         done = [f for f in flips if f["old"] in retired and any(fact_matches(f["new"], c) for c in active)]
-        turns = {normalised(m["content"]) for m in case["messages"] if m["role"] == "user" and len(sentences(m["content"])) > 1}
-        whole = [c for c in active if normalised(c) in turns]
+        turns = {comparable(m["content"]) for m in case["messages"] if m["role"] == "user" and len(said_sentences(m["content"])) > 1}
+        whole = [c for c in active if comparable(c) in turns]
         for key in ("all", str(case.get("lang") or "all")):
             t = totals.setdefault(key, {"extracted": 0, "correct": 0, "expected": 0, "found": 0, "flips": 0, "retired": 0,
                                         "flip_pairs": 0, "flips_done": 0, "forbidden_hits": 0, "whole_turns": 0,

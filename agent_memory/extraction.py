@@ -6,8 +6,8 @@
 - `rules`: the offline patterns of `agent_memory.rules`;
 - `llm`: the configured OpenAI-compatible model (`agent_memory.llm`).
 
-Each candidate is then compared with the user's closest active memories and one decision is
-taken, in message order:
+Each proposed memory (a candidate) is then compared with the user's closest active memories and
+one decision is taken, in message order:
 
 - *reinforce*: it restates a memory (same slot and value, near-identical wording, or the LLM says
   so): the memory absorbs its source ids and importance through the one merge function
@@ -24,41 +24,24 @@ Closeness never rests on cosine alone: the bundled model cannot read Chinese, so
 model reads both texts.
 
 Memory ids derive from the source message ids and the normalised content, so running extraction
-again over the same messages adds nothing and records no new decision.
+again over the same messages adds nothing and records no new decision. The decisions are made in
+`agent_memory.decisions`.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import numpy as np
-
-from agent_memory.audit import memory_event
-from agent_memory.clauses import (
-    clauses,
-    is_chinese,
-    is_event,
-    is_habit,
-    names_relation,
-    replaces_habit,
-    subject,
-)
+from agent_memory.decisions import Decider, ExtractionResult
 from agent_memory.errors import InvalidInputError
-from agent_memory.ids import stable_id
 from agent_memory.llm import LLMExtractor
-from agent_memory.merge import kept_apart, merge_records, superseded
-from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, NewMemory, Scope
-from agent_memory.rules import Candidate, RulesExtractor, clean_value, normalised, sentences
+from agent_memory.models import MemoryRecord, MessageRecord, Scope
+from agent_memory.rules import ProposedMemory, RulesExtractor
 from agent_memory.service import MemoryService, group_sessions
-from agent_memory.store import RecallFilter
-from agent_memory.text import cjk_share, keyword_text, lexical_similarity
-from agent_memory.wording import content_terms, topic_words
 
-log = logging.getLogger(__name__)
+__all__ = ["MODES", "ExtractionResult", "Extractor", "Mode", "build_extractor", "extract_and_store"]
+
 Mode = Literal["raw", "rules", "llm"]
 MODES: tuple[str, ...] = ("raw", "rules", "llm")
 
@@ -68,42 +51,9 @@ class Extractor(Protocol):
 
     name: str
 
-    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[Candidate]:
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[ProposedMemory]:
         """Candidates in message order."""
         ...
-
-
-@dataclass
-class ExtractionResult:
-    """What one extraction did: counts and the ids of every decision."""
-
-    mode: str
-    messages: int = 0
-    candidates: int = 0
-    created: list[str] = field(default_factory=list)
-    reinforced: list[str] = field(default_factory=list)
-    superseded: list[dict[str, str]] = field(default_factory=list)
-    unchanged: int = 0
-    below_confidence: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready view (a job's report)."""
-        return {
-            "mode": self.mode, "messages": self.messages, "candidates": self.candidates,
-            "created": list(self.created), "reinforced": list(self.reinforced),
-            "superseded": list(self.superseded), "unchanged": self.unchanged,
-            "below_confidence": self.below_confidence,
-        }
-
-    def add(self, other: ExtractionResult) -> None:
-        """Fold another result (another user or session) into this one."""
-        self.messages += other.messages
-        self.candidates += other.candidates
-        self.created += other.created
-        self.reinforced += other.reinforced
-        self.superseded += other.superseded
-        self.unchanged += other.unchanged
-        self.below_confidence += other.below_confidence
 
 
 def build_extractor(settings: Any, mode: Mode) -> Extractor | None:
@@ -147,7 +97,7 @@ def extract_and_store(
             result.add(_store_raw(service, org_id, ordered, actor))
         else:
             assert extractor is not None
-            result.add(_Decider(service, Scope.user(org_id, user_id), actor).run(extractor, ordered, mode))
+            result.add(_extract_user(service, Scope.user(org_id, user_id), actor, extractor, ordered, mode))
     return result
 
 
@@ -162,376 +112,10 @@ def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord
     return result
 
 
-def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: str) -> str:
-    """The id of an extracted memory: from its source messages and its normalised content."""
-    return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), normalised(content))
-
-
-def _meta(record: MemoryRecord, key: str) -> Any:
-    return (record.metadata or {}).get(key)
-
-
-def _retractable(record: MemoryRecord) -> bool:
-    """Whether a change of mind can take a memory back: a fact, habit, plan or instruction of the
-    user's own, not something that happened ("gave a talk about VS Code") or someone else's fact
-    ("my boss takes oat milk") or the age or name of someone of the user's ("My daughter Mia is
-    5"); one that only mentions someone ("I study after the kids are asleep") is the user's."""
-    zh = is_chinese(record.content)
-    own = subject(record.content, zh) != "other" and not names_relation(record.content, zh)
-    return (record.memory_type != "episodic" or not is_event(record.content)) and own
-
-
-def _asserted_text(record: MemoryRecord) -> str:
-    """What a memory asserts now: its content without the old values it says it replaced."""
-    text = normalised(record.content)
-    for old in _meta(record, "replaces") or []:
-        text = text.replace(normalised(str(old)), " ")
-    return text
-
-
-def _states(old: str, asserted: str) -> bool:
-    """Whether a memory's asserted text states an old value a change of mind names: as written,
-    or (English) every content word of it in any inflection ("at the bakery" in "weekend shifts at
-    a bakery", "teaching" in "I teach chemistry")."""
-    old_n = normalised(clean_value(old))
-    if not old_n:
-        return False
-    if old_n in asserted:
-        return True
-    words = content_terms(old_n)
-    return bool(words) and not cjk_share(old_n) and words <= content_terms(asserted)
-
-
-# What is left stands alone when it opens with the user; not with "so" or "because", whose clause
-# follows from the one taken back ("vegetarian, so I basically live on carbs").
-_OWN_START = re.compile(r"^\W*(?:(?:oh|also|honestly|actually|btw|对了|另外|其实)\W+)*(?:i\b|i'|my\b|we\b|our\b|我)", re.IGNORECASE)
-
-
-def still_holds(old: MemoryRecord, replaced: Sequence[str]) -> str:
-    """What a memory that a change of mind revises in part still says: its clauses that state none
-    of the old values ("我是素食者，蛋奶都吃" after "今年起我不再吃蛋了": "我是素食者"). Empty when
-    every clause, or none, states one, or when what is left does not open with the user."""
-    pieces = []
-    left_out = False
-    for sentence in sentences(old.content):
-        parts = clauses(sentence)
-        kept = [c for c in parts if not any(_states(value, normalised(c)) for value in replaced)]
-        left_out = left_out or len(kept) < len(parts)
-        if kept:
-            pieces.append("".join(kept).strip().rstrip(",，;；:：—– "))
-    if not left_out or not pieces or not _OWN_START.match(pieces[0]):
-        return ""
-    return ("" if is_chinese(pieces[0]) else " ").join(pieces)
-
-
-class _Decider:
-    """Decides and applies the candidates of one user, in order, with batched reads and writes."""
-
-    def __init__(self, service: MemoryService, scope: Scope, actor: str) -> None:
-        self.service = service
-        self.settings = service.settings
-        self.scope = scope
-        self.actor = actor
-        self.now = service.clock()
-        # Working state: what the store will hold once this run is applied.
-        self.new: dict[str, MemoryRecord] = {}  # created in this run, in order
-        self.changed: dict[str, MemoryRecord] = {}  # existing memories reinforced in this run
-        self.originals: dict[str, MemoryRecord] = {}
-        self.retired: dict[str, tuple[MemoryRecord, str]] = {}  # id -> (memory, superseded_by)
-        self.result = ExtractionResult(mode="")
-
-    # -- running ---------------------------------------------------------------------------------
-
-    def run(self, extractor: Extractor, messages: list[MessageRecord], mode: str) -> ExtractionResult:
-        self.result = ExtractionResult(mode=mode, messages=len(messages))
-        existing = self._neighbours_of_text(" ".join(m.content for m in messages if m.role == "user"))
-        candidates = extractor.extract(messages, existing)
-        self.result.candidates = len(candidates)
-        keep = []
-        for candidate in candidates:
-            if candidate.confidence < self.settings.extraction.min_confidence:
-                self.result.below_confidence += 1
-                continue
-            keep.append(candidate)
-        if not keep:
-            return self.result
-        records = [self._record(c) for c in keep]
-        # One batched model call for every candidate; the same vectors are compared and stored.
-        self.service.embed_records(records)
-        stored = {r.id: r for r in self.service.store.get_memories(self.scope, [r.id for r in records], with_vectors=True)}
-        for candidate, record in zip(keep, records, strict=True):
-            self._decide(candidate, record, stored.get(record.id))
-        self._apply()
-        return self.result
-
-    def _record(self, candidate: Candidate) -> MemoryRecord:
-        message = candidate.message
-        metadata: dict[str, Any] = {"extractor": candidate.extractor}
-        if candidate.rule:
-            metadata["rule"] = candidate.rule
-        if candidate.slot:
-            metadata["slot"] = candidate.slot
-        if candidate.value:
-            metadata["value"] = candidate.value
-        if candidate.replaces:
-            metadata["replaces"] = list(candidate.replaces)
-        return self._prepared(NewMemory(
-            user_id=self.scope.user_id or message.user_id, content=candidate.content, memory_type=candidate.memory_type,
-            agent_id=message.agent_id, session_id=message.session_id, importance=candidate.importance,
-            confidence=candidate.confidence, created_at=message.created_at, source_ids=list(candidate.source_ids),
-            context=candidate.context, metadata=metadata,
-        ))
-
-    def _prepared(self, item: NewMemory) -> MemoryRecord:
-        """The row of an extracted memory, with the id its sources and content give it."""
-        record = self.service.prepare(self.scope.org_id, item)
-        record.id = extracted_id(self.scope.org_id, record.user_id, item.source_ids, record.content)
-        return record
-
-    # -- looking up what is known ----------------------------------------------------------------
-
-    def _filter(self, **metadata: Any) -> RecallFilter:
-        return RecallFilter(metadata=metadata, now=self.now)
-
-    def _neighbours_of_text(self, text: str, embedded: MemoryRecord | None = None) -> list[MemoryRecord]:
-        """The user's active memories closest to a text (what the LLM is shown); with the text's
-        record already `embedded`, its vector is used rather than a second model call."""
-        if not text.strip():
-            return []
-        k, full = self.settings.extraction.neighbours, self.settings.recall.oov_full_share
-        ids = [c.id for c in self.service.store.keyword_search(self.scope, keyword_text(text), self._filter(), k)]
-        if embedded is not None:
-            vector = np.asarray(embedded.vector) if embedded.vector is not None and embedded.oov < full else None
-        elif self.service.embedder is not None and self.service.embedder.oov_shares([text])[0] < full:
-            vector = self.service.embedder.embed_batch([text])[0]
-        else:
-            vector = None
-        if vector is not None:
-            ids += [c.id for c in self.service.store.vector_search(self.scope, vector, self._filter(), k)]
-        found = {r.id: r for r in self.service.store.get_memories(self.scope, list(dict.fromkeys(ids)))}
-        return [found[i] for i in dict.fromkeys(ids) if i in found][: 2 * k]
-
-    def _neighbours(self, candidate: Candidate, record: MemoryRecord) -> list[MemoryRecord]:
-        """Active memories (stored, or made in this run) that this candidate may restate or contradict."""
-        store = self.service.store
-        k = self.settings.extraction.neighbours
-        vector = np.asarray(record.vector, dtype=np.float32)
-        ids: list[str] = [c.id for c in store.keyword_search(self.scope, record.keywords, self._filter(), k)]
-        if record.oov < self.settings.recall.oov_full_share:
-            ids += [c.id for c in store.vector_search(self.scope, vector, self._filter(), k)]
-        if candidate.slot:
-            # Exact within the user's rows: every memory of the same slot, whatever its language.
-            ids += [c.id for c in store.vector_search(self.scope, vector, self._filter(slot=candidate.slot), 50)]
-        for old in candidate.replaces:
-            ids += [c.id for c in store.keyword_search(self.scope, keyword_text(old), self._filter(), k)]
-        for named in (candidate.restates, candidate.contradicts):
-            if named:
-                ids.append(named)
-        wanted = [i for i in dict.fromkeys(ids) if i not in self.new and i not in self.changed]
-        found = store.get_memories(self.scope, wanted, with_vectors=True) if wanted else []
-        pool = [r for r in found if r.status == "active"] + list(self.changed.values()) + list(self.new.values())
-        return [r for r in pool if r.id not in self.retired and r.id != record.id]
-
-    # -- deciding ----------------------------------------------------------------------------------
-
-    def _contradicted(self, candidate: Candidate, record: MemoryRecord, other: MemoryRecord) -> bool:
-        if candidate.contradicts and candidate.contradicts == other.id:
-            return True
-        if candidate.slot and _meta(other, "slot") == candidate.slot:
-            return _meta(other, "value") is not None and candidate.value is not None and (
-                normalised(str(_meta(other, "value"))) != normalised(candidate.value)
-            )
-        if candidate.replaces and _retractable(other):
-            asserted = _asserted_text(other)
-            new_value = normalised(candidate.value) if candidate.value else None
-            if new_value and new_value in asserted:
-                return False
-            return any(_states(old, asserted) for old in candidate.replaces)
-        return False
-
-    def _retracted(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
-        """What a change of mind takes back when no memory states the old value it names (if any).
-
-        One that names an old value no memory states as written takes back the latest statement
-        that shares a content word with that value ("quit the coke" and "4 cans of Coke Zero a
-        day"). Any other takes back the latest statement of this conversation that shares a content
-        word with it ("Scratch that ... Spanish only when I say so" takes back "every answer in
-        Spanish", not the sentence said after it). Else "scratch that", "changed my mind", "no
-        longer", "算了" (strong) take back what the user said last in this conversation; "from now
-        on", "now", "以后都" (weak) take back only what they are about: the user's closest earlier
-        statement, by the overlap of their content words (at least `extraction_retract_similarity`)
-        or, where the model reads both, cosine (at least `extraction_retract_cosine`). Events and
-        other people's facts are never taken back.
-        """
-        earlier = [r for r in self._recent(record) if _retractable(r)]
-        session = [r for r in earlier if r.session_id == record.session_id]
-        if candidate.replaces:
-            # It names what it takes back: only a statement about that, in any wording.
-            named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
-            return next((o for o in earlier if named & topic_words(_asserted_text(o))), None)
-        about = topic_words(_asserted_text(record))
-        for other in session:
-            if about & topic_words(_asserted_text(other)):
-                return other  # the latest statement of this conversation about the same thing
-        if candidate.retracts == "strong" and session:
-            return session[0]
-        if replaces_habit(record.content):
-            # "Nowadays I'm up at 5 to study instead" takes back "I usually do it late at night".
-            habit = next((o for o in session if is_habit(o.content)), None)
-            if habit is not None:
-                return habit
-        bars = self.settings.extraction
-        best, best_score = None, 1.0  # relative to the bars: 1.0 is "at a bar"
-        candidates = {r.id: r for r in [*earlier, *(p for p in pool if _retractable(p))]}
-        for other in candidates.values():
-            if other.id == record.id or other.created_at > record.created_at:
-                continue
-            theirs = topic_words(_asserted_text(other))
-            shared = len(about & theirs)
-            score = (2 * shared / (len(about) + len(theirs)) if shared else 0.0) / bars.retract_similarity
-            full = self.settings.recall.oov_full_share
-            if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
-                cosine = float(np.dot(np.asarray(record.vector), np.asarray(other.vector)))
-                score = max(score, cosine / bars.retract_cosine)
-            if score >= best_score:
-                best, best_score = other, score
-        return best
-
-    def _recent(self, record: MemoryRecord) -> list[MemoryRecord]:
-        """The user's active memories stated before this one, latest first: this run's, then stored."""
-        # By when each was said: what still holds of a revised memory is as old as that memory.
-        made = sorted((r for r in reversed(self.new.values()) if r.id != record.id and r.id not in self.retired),
-                      key=lambda r: r.created_at, reverse=True)
-        page = self.service.store.list_memories(self.scope, limit=10, cursor=None, status="active").records
-        stored = [r for r in page if r.id not in self.retired and r.id not in self.new and r.created_at <= record.created_at]
-        stored = [self.changed.get(r.id, r) for r in stored]
-        return made + sorted(stored, key=lambda r: r.created_at, reverse=True)
-
-    def _closeness(self, record: MemoryRecord, other: MemoryRecord) -> float:
-        """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
-        if normalised(record.content) == normalised(other.content):
-            return 1.0
-        score = lexical_similarity(record.content, other.content) / self.settings.extraction.reinforce_lexical
-        full = self.settings.recall.oov_full_share
-        if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
-            cosine = float(np.dot(np.asarray(record.vector), np.asarray(other.vector)))
-            score = max(score, cosine / self.settings.extraction.reinforce_cosine)
-        return score
-
-    def _restated(self, candidate: Candidate, record: MemoryRecord, pool: list[MemoryRecord]) -> MemoryRecord | None:
-        if candidate.restates:
-            for other in pool:
-                if other.id == candidate.restates:
-                    return other
-        best, best_score = None, 1.0  # scores are relative to the thresholds: 1.0 means "at threshold"
-        for other in pool:
-            if other.memory_type != record.memory_type and not candidate.restates:
-                continue
-            score = self._closeness(record, other)
-            if candidate.slot and _meta(other, "slot") == candidate.slot and candidate.value and _meta(other, "value"):
-                if normalised(str(_meta(other, "value"))) == normalised(candidate.value):
-                    score = max(score, 1.0)
-            if score >= best_score:
-                best, best_score = other, score
-        return best
-
-    def _decide(self, candidate: Candidate, record: MemoryRecord, stored_self: MemoryRecord | None) -> None:
-        pool = self._neighbours(candidate, record)
-        contradicted = [o for o in pool if self._contradicted(candidate, record, o)]
-        if candidate.retracts and not contradicted and stored_self is None:
-            taken_back = self._retracted(candidate, record, pool)
-            if taken_back is not None:
-                contradicted.append(taken_back)
-        if stored_self is not None:
-            # Extracted before from the same messages: nothing to add; finish any supersede left
-            # undone (none when it was itself taken back since).
-            self.result.unchanged += 1
-            holder = stored_self
-            if stored_self.status != "active":
-                return
-        else:
-            others = [o for o in pool if o not in contradicted]
-            target = self._restated(candidate, record, others)
-            if target is not None:
-                self._reinforce(target, record)
-                holder = self.changed.get(target.id) or self.new.get(target.id) or target
-            else:
-                self.new[record.id] = record
-                self.result.created.append(record.id)
-                holder = record
-        for old in contradicted:
-            if old.id != holder.id and not kept_apart(old, holder):  # a restored memory stays restored
-                self._supersede(old, holder)
-                if candidate.replaces:
-                    self._keep_rest(old, candidate.replaces)
-
-    def _keep_rest(self, old: MemoryRecord, replaced: Sequence[str]) -> None:
-        """What still holds of a memory revised in part is a memory of its own, from the same turns;
-        one the user's memories already state is reinforced instead, and one stored by an earlier
-        run of the same turns is left as it is."""
-        rest = still_holds(old, replaced)
-        if not rest:
-            return
-        metadata: dict[str, Any] = {"extractor": _meta(old, "extractor") or "rules", "kept_from": old.id}
-        if _meta(old, "replaces"):
-            metadata["replaces"] = list(_meta(old, "replaces"))  # what it took back itself stays taken back
-        record = self._prepared(NewMemory(
-            user_id=old.user_id, content=rest, memory_type=old.memory_type, agent_id=old.agent_id,
-            session_id=old.session_id, importance=old.importance, confidence=old.confidence, created_at=old.created_at,
-            source_ids=list(old.source_ids), metadata=metadata,
-        ))
-        if record.id in self.new or self.service.store.get_memories(self.scope, [record.id]):
-            return
-        self.service.embed_records([record])
-        pool = [r for r in [*self._neighbours_of_text(rest, record), *self.changed.values(), *self.new.values()]
-                if r.status == "active" and r.id not in self.retired and r.id != old.id]
-        closest = max(((self._closeness(record, r), r) for r in pool), key=lambda c: c[0], default=None)
-        if closest is not None and closest[0] >= 1.0:
-            self._reinforce(closest[1], record)
-            return
-        self.new[record.id] = record
-        self.result.created.append(record.id)
-
-    def _reinforce(self, target: MemoryRecord, record: MemoryRecord) -> None:
-        if set(record.source_ids) <= set(target.source_ids):
-            self.result.unchanged += 1
-            return
-        merged = merge_records(target, [record], self.now)
-        if target.id in self.new:
-            self.new[target.id] = merged
-        else:
-            self.originals.setdefault(target.id, target)
-            self.changed[target.id] = merged
-        self.result.reinforced.append(target.id)
-
-    def _supersede(self, old: MemoryRecord, by: MemoryRecord) -> None:
-        self.retired[old.id] = (old, by.id)
-        self.changed.pop(old.id, None)
-        self.result.superseded.append({"id": old.id, "superseded_by": by.id})
-
-    # -- applying ----------------------------------------------------------------------------------
-
-    def _event(self, memory: MemoryRecord, action: str, **change: Any) -> MemoryEvent:
-        return memory_event(memory, action, self.actor, self.now, **change)
-
-    def _apply(self) -> None:
-        """New memories first (one embed, one commit), then reinforcements, then supersessions.
-
-        A run killed in between leaves every fact findable; running it again finds the new
-        memories stored and completes what is missing.
-        """
-        service, scope = self.service, self.scope
-        if self.new:
-            service.write_records(scope.org_id, list(self.new.values()), actor=self.actor, on_conflict="skip")
-        reinforced = [(self.originals[r.id], r) for r in self.changed.values() if r.id not in self.retired]
-        service.writes.reinforce_many(scope, reinforced, actor=self.actor, at=self.now)
-        retired = []
-        for old, by_id in self.retired.values():
-            current = self.new.get(old.id) or self.changed.get(old.id) or old
-            row = superseded(current, by_id, self.now)
-            # The fact stopped holding when the newer statement was made, not when it was processed.
-            newer = self.new.get(by_id) or self.changed.get(by_id)
-            if newer is not None and newer.valid_from <= self.now:
-                row.valid_to = max(newer.valid_from, current.valid_from)
-            retired.append((current, row))
-        service.writes.retire_many(scope, retired, actor=self.actor, at=self.now)
+def _extract_user(service: MemoryService, scope: Scope, actor: str, extractor: Extractor,
+                  messages: list[MessageRecord], mode: str) -> ExtractionResult:
+    """One user's messages, in time order: proposed memories (the extractor is shown the user's
+    memories closest to what they said), then decided and applied."""
+    decider = Decider(service, scope, actor)
+    existing = decider.neighbours_of_text(" ".join(m.content for m in messages if m.role == "user"))
+    return decider.run(extractor.extract(messages, existing), len(messages), mode)

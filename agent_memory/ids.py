@@ -41,11 +41,6 @@ def memory_id(
     return stable_id("memory:natural", org_id, user_id, *(natural_key or []))
 
 
-def message_row_id(org_id: str, user_id: str, session_id: str, message_id: str) -> str:
-    """The row id of a logged message."""
-    return stable_id("message", org_id, user_id, session_id, message_id)
-
-
 def fingerprint(payload: Any) -> str:
     """A SHA-256 of a JSON-serialisable payload in canonical form."""
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))

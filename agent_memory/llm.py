@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.models import MemoryRecord, MemoryType, MessageRecord, describe_validation_error
-from agent_memory.rules import Candidate
+from agent_memory.rules import ProposedMemory
 from agent_memory.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,9 @@ Answer with only a JSON object: {"memories": [{"content", "memory_type", "import
 "confidence", "source_message_ids", "relation", "existing_id"}]}. No memories: {"memories": []}."""
 
 
-class RateLimiter:
-    """At most `per_minute` acquisitions a minute, spaced evenly; shared by every thread of a process."""
+class RequestPacer:
+    """Paces the requests to an LLM endpoint: at most `per_minute` a minute, spaced evenly; shared by
+    every thread of a process."""
 
     def __init__(
         self, per_minute: float, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
@@ -93,17 +94,17 @@ class RateLimiter:
         return wait
 
 
-_LIMITERS: dict[tuple[str, float], RateLimiter] = {}
-_LIMITERS_LOCK = threading.Lock()
+_PACERS: dict[tuple[str, float], RequestPacer] = {}
+_PACERS_LOCK = threading.Lock()
 
 
-def shared_limiter(base_url: str, per_minute: float) -> RateLimiter:
-    """The one rate limiter of this process for an endpoint."""
-    with _LIMITERS_LOCK:
+def shared_pacer(base_url: str, per_minute: float) -> RequestPacer:
+    """The one pacer of this process for an endpoint."""
+    with _PACERS_LOCK:
         key = (base_url, per_minute)
-        if key not in _LIMITERS:
-            _LIMITERS[key] = RateLimiter(per_minute)
-        return _LIMITERS[key]
+        if key not in _PACERS:
+            _PACERS[key] = RequestPacer(per_minute)
+        return _PACERS[key]
 
 
 # Failures of every client in this process, so that none is lost silently (jobs report them too).
@@ -157,7 +158,7 @@ class LLMClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
-        self.limiter = shared_limiter(base_url, requests_per_minute)
+        self.pacer = shared_pacer(base_url, requests_per_minute)
         self.response_format = response_format
         self.temperature = temperature
         self.sleep = sleep
@@ -216,7 +217,7 @@ class LLMClient:
 
         shape: dict[str, Any] = {} if schema is None else {"response_format": self._format(schema, name)}
         for attempt in range(self.max_retries + 1):
-            self.limiter.acquire()
+            self.pacer.acquire()
             self.stats["requests"] += 1
             try:
                 response = self.client.chat.completions.create(
@@ -285,7 +286,7 @@ class LLMExtractor:
             {"role": "user", "content": json.dumps(payload, ensure_ascii=False)},
         ]
 
-    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[Candidate]:
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[MemoryRecord]) -> list[ProposedMemory]:
         """Candidates in the order the model gave them, tied to the messages they came from."""
         if not any(m.role == "user" for m in messages):
             return []
@@ -293,12 +294,12 @@ class LLMExtractor:
         known = {f"E{i}": m.id for i, m in enumerate(existing, 1)}
         by_id = {m.message_id: m for m in messages}
         user_ids = [m.message_id for m in messages if m.role == "user"]
-        out: list[Candidate] = []
+        out: list[ProposedMemory] = []
         for item in output.memories:
             sources = [s for s in item.source_message_ids if s in by_id] or user_ids
             anchor = max((by_id[s] for s in sources), key=lambda m: (m.created_at, m.message_id))
             target = known.get(item.existing_id or "") if item.relation != "new" else None
-            out.append(Candidate(
+            out.append(ProposedMemory(
                 content=item.content.strip(), memory_type=item.memory_type, importance=item.importance,
                 confidence=item.confidence, source_ids=sources, message=anchor, extractor=self.name,
                 restates=target if item.relation == "restates" else None,

@@ -126,6 +126,16 @@ def _identifier_value(value: str) -> str:
     return value
 
 
+# Words a memory's own id cannot be: `/v1/memories/search` is a route, never a memory's address.
+RESERVED_MEMORY_IDS = frozenset({"search"})
+
+
+def _memory_id_value(value: str) -> str:
+    if value in RESERVED_MEMORY_IDS:
+        raise ValueError(f"{value!r} is reserved (/v1/memories/{value} is a route, not a memory): choose another id")
+    return value
+
+
 def _text_value(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty")
@@ -144,6 +154,7 @@ def _metadata_value(value: Any) -> Any:
 
 # Field types shared by every input model: each rule is written once.
 Identifier = Annotated[str, AfterValidator(_identifier_value)]
+MemoryIdentifier = Annotated[str, AfterValidator(_identifier_value), AfterValidator(_memory_id_value)]
 Text = Annotated[str, AfterValidator(_text_value)]
 Unit = Annotated[float, AfterValidator(_unit_value)]
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
@@ -174,7 +185,8 @@ class MemoryFields(_Input):
     user_id: Identifier = Field(description="The user the memory is about; recall never crosses users.")
     content: Text = Field(description="The text, English or Chinese (PII is redacted before it is stored).")
     memory_type: MemoryType = Field("semantic", description="`episodic` (an event), `semantic` (a fact) or `procedural` (how to do something).")
-    id: Identifier | None = Field(None, description="Your id for it: writing the same id again stores nothing twice.")
+    id: MemoryIdentifier | None = Field(
+        None, description="Your id for it: writing the same id again stores nothing twice (not the word `search`).")
     agent_id: Identifier | None = Field(None, description="The agent that stores it.")
     session_id: Identifier | None = Field(None, description="The conversation it came from.")
     team_id: Identifier | None = Field(None, description="A team of the org: team-scoped recall (`scope: team`) finds it for every member.")
@@ -375,7 +387,8 @@ class ScoreParts(BaseModel):
 
 
 class RecallHit(BaseModel):
-    """One recalled memory."""
+    """One recalled memory as callers see it: what it says and how it scored. Whose it is (user,
+    team, agent, session) is not part of it: the query named the scope."""
 
     id: str
     content: str
@@ -385,10 +398,6 @@ class RecallHit(BaseModel):
     created_at: datetime
     source_ids: list[str]
     metadata: dict[str, Any]
-    user_id: str
-    team_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
 
 
 class RecallResult(BaseModel):

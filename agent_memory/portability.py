@@ -21,17 +21,16 @@ erasure, not the user's data) are not exported.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from agent_memory.errors import ConflictError, InvalidInputError
 from agent_memory.models import MemoryEvent, MemoryRecord, MessageRecord, OrgScope, Scope, check_identifier
-
-if TYPE_CHECKING:
-    from agent_memory.service import MemoryService
+from agent_memory.rows import RowBuilder
+from agent_memory.store import MemoryStore
 
 VERSION = 1
 # Derived from other columns (or from the model) and made again on restore.
@@ -141,28 +140,30 @@ def _check_counts(export: Export, line: dict[str, Any], where: str) -> None:
         raise InvalidInputError(f"{where}: the end line counts {said}, the file holds {found}")
 
 
-def restore(service: MemoryService, org_id: str, export: Export) -> dict[str, int]:
+def restore(store: MemoryStore, rows: RowBuilder, embed_records: Callable[[Sequence[MemoryRecord]], None],
+            org_id: str, export: Export) -> dict[str, int]:
     """Write a parsed export into `org_id`, into a user with nothing stored: the same ids, states,
-    counts and events; vectors and keyword terms made again. ConflictError if the user holds any
-    memory, turn or event (the erasure's own records aside), or an id is taken in the org."""
+    counts and events; keyword terms made again by `rows`, vectors by `embed_records`. ConflictError
+    if the user holds any memory, turn or event (the erasure's own records aside), or an id is
+    taken in the org."""
     scope = Scope.user(org_id, export.user_id)
-    if (service.store.has_memories(scope) or service.store.user_messages(scope)
-            or any(e.action not in ERASURE_ACTIONS for e in service.store.user_events(scope))):
+    if (store.has_memories(scope) or store.user_messages(scope)
+            or any(e.action not in ERASURE_ACTIONS for e in store.user_events(scope))):
         raise ConflictError(
             f"user {export.user_id!r} of org {org_id!r} is not empty: a restore writes only into a user "
             "with nothing stored (erase them first)", code="user_not_empty",
         )
-    taken = service.store.origin_hashes(OrgScope(org_id), [m.id for m in export.memories])
+    taken = store.origin_hashes(OrgScope(org_id), [m.id for m in export.memories])
     if taken:
         raise ConflictError(f"memory ids already taken in org {org_id!r}: {', '.join(sorted(taken)[:3])}",
                             code="conflict")
     for record in export.memories:
-        record.keywords = service.rows.keywords_of(record.index_text, record.content)
+        record.keywords = rows.keywords_of(record.index_text, record.content)
     if export.memories:
-        service.embed_records(export.memories)
-        service.store.insert_memories(scope, export.memories, known_absent=True)
+        embed_records(export.memories)
+        store.insert_memories(scope, export.memories, known_absent=True)
     if export.messages:
-        service.store.append_messages(scope, export.messages)
+        store.append_messages(scope, export.messages)
     if export.events:
-        service.store.append_events(scope, export.events)
+        store.append_events(scope, export.events)
     return {"memories": len(export.memories), "messages": len(export.messages), "events": len(export.events)}

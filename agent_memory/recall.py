@@ -3,7 +3,7 @@ floor, and the hits' display fields; recall hits go to the access recorder."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -41,8 +41,13 @@ class Recaller:
         self.clock = clock
         self.weights = scoring.Weights.from_settings(settings)
 
-    def recall(self, org_id: str, query: SearchQuery | dict[str, Any]) -> RecallResult:
-        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k."""
+    def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
+               visible_teams: Collection[str] | None = None) -> RecallResult:
+        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k.
+
+        `query` is validated here unless it is a SearchQuery already. `visible_teams`: a caller
+        kept to these teams finds only their memories and those of no team (the store filters).
+        """
         check_identifier("org_id", org_id)
         q: SearchQuery = parse_input(SearchQuery, query)
         if q.scope == "team":
@@ -57,6 +62,7 @@ class Recaller:
         recall_filter = RecallFilter(
             memory_types=tuple(q.memory_types) if q.memory_types else None, metadata=dict(q.filters or {}),
             since=q.since, until=q.until, now=now,
+            visible_teams=None if visible_teams is None else frozenset(visible_teams),
         )
         pool = max(self.settings.recall.candidates, q.top_k)
         keywords = keyword_text(q.query)
@@ -81,15 +87,14 @@ class Recaller:
         floor = q.min_score if q.min_score is not None else self.settings.recall.min_score
         ranked = self.rank(found.pool, query_oov, now, q.mode if not degraded else "keyword", q.top_k, floor)
         records = {r.id: r for r in found.records([memory_id_ for memory_id_, _, _ in ranked])}
-        hits = [
-            recall_hit(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records
-        ]
+        kept = [(records[memory_id_], score, parts) for memory_id_, score, parts in ranked if memory_id_ in records]
+        # Each hit counts for its memory's access, by the memory's user (a team's hits span users).
         by_user: dict[str, list[str]] = {}
-        for hit in hits:
-            by_user.setdefault(hit.user_id, []).append(hit.id)
+        for record, _, _ in kept:
+            by_user.setdefault(record.user_id, []).append(record.id)
         for user_id, ids in by_user.items():
             self.access.record(org_id, user_id, ids)
-        return RecallResult(memories=hits, degraded=degraded)
+        return RecallResult(memories=[recall_hit(*hit) for hit in kept], degraded=degraded)
 
     def rank(
         self, pool: Pool, query_oov: float, now: datetime, mode: str, top_k: int, min_score: float
@@ -118,5 +123,4 @@ def recall_hit(record: MemoryRecord, score: float, parts: ScoreParts) -> RecallH
     return RecallHit(
         id=record.id, content=record.content, memory_type=record.memory_type, score=score, scores=parts,
         created_at=record.created_at, source_ids=list(record.source_ids or []), metadata=record.metadata,
-        user_id=record.user_id, team_id=record.team_id, agent_id=record.agent_id, session_id=record.session_id,
     )

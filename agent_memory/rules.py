@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from agent_memory.clauses import (
     asks_to_stop,
     instruction,
-    is_chinese,
     is_event,
     names_what_holds,
     read_sentence,
@@ -29,13 +28,13 @@ from agent_memory.clauses import (
     subject,
 )
 from agent_memory.models import MemoryType, MessageRecord
-from agent_memory.text import normalize, terms
+from agent_memory.text import is_chinese, sentences, terms
 
 SlotFn = Callable[["re.Match[str]"], tuple[str | None, str | None]]
 
 
 @dataclass
-class Candidate:
+class ProposedMemory:
     """A memory an extractor proposes, before the decision step sees what is already known."""
 
     content: str
@@ -278,10 +277,6 @@ _CLAUSE_WORDS = re.compile(r"\b(?:i|we|you|he|she|they|it|is|are|am|was|were|be|
                            re.IGNORECASE)
 # A list item's mark ("- freelance illustrator", "2) 住在杭州").
 _BULLET = re.compile(r"^(?:[-*•·]|\d+[.)、])\s+")
-# A point between digits is a decimal point ("0.01%"), not the end of a sentence; a face or a
-# gesture ends one as a full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now").
-_EMOJI = "\U0001F600-\U0001F64F\U0001F910-\U0001F97F\U0001F480\U0001F389\U0001F44C-\U0001F44F"
-_SENTENCE = re.compile(rf"(?:[^.!?。！？；;\n{_EMOJI}]|(?<=\d)\.(?=\d))+[.!?。！？；;{_EMOJI}\ufe0f\s]*")
 # A text quoted to be worked on ("改正式一点：'王总，明天我请一天假…'") is not the user speaking:
 # a quotation holding a comma or a sentence's end, each kind of quote closed by its own mark.
 _PUNCT = "[,，.。!！?？]"
@@ -302,14 +297,9 @@ def _end_of(sentence: str, content: str) -> str:
     return "" if content.endswith(end) else end
 
 
-def sentences(text: str) -> list[str]:
-    """The sentences of a turn (decimal points and abbreviations are rare enough in chat to ignore)."""
-    out = []
-    for match in _SENTENCE.finditer(_QUOTED.sub(" ", text)):
-        piece = match.group(0).strip()
-        if piece:
-            out.append(piece)
-    return out
+def said_sentences(text: str) -> list[str]:
+    """The sentences of a turn that the user says: a text quoted to be worked on left out."""
+    return sentences(_QUOTED.sub(" ", text))
 
 
 class RulesExtractor:
@@ -321,9 +311,9 @@ class RulesExtractor:
         self.rules = tuple(rules)
         self.max_answer_terms = max_answer_terms
 
-    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[Candidate]:
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[ProposedMemory]:
         """Candidates from the user turns of one conversation, in message order."""
-        out: list[Candidate] = []
+        out: list[ProposedMemory] = []
         for i, message in enumerate(messages):
             if message.role != "user":
                 continue
@@ -335,16 +325,16 @@ class RulesExtractor:
                     out.append(answer)
         return out
 
-    def read_turn(self, message: MessageRecord) -> list[Candidate]:
+    def read_turn(self, message: MessageRecord) -> list[ProposedMemory]:
         """The candidates of one user turn: a rule's where one matches, else what the clause
         grammar finds the user saying about themselves; a retraction is kept with what follows it."""
-        out: list[Candidate] = []
-        pending: Candidate | None = None  # a retraction waiting for the statement of what holds now
+        out: list[ProposedMemory] = []
+        pending: ProposedMemory | None = None  # a retraction waiting for the statement of what holds now
         pending_end = ""  # the punctuation that ended the retraction's sentence
-        held: list[Candidate] = []  # what still holds or happened, said while a retraction waits
+        held: list[ProposedMemory] = []  # what still holds or happened, said while a retraction waits
         about_self = introduced = asked = False
         made_before = False  # whether the sentence before gave a candidate
-        for sentence in sentences(message.content):
+        for sentence in said_sentences(message.content):
             listed = bool(_BULLET.match(sentence))
             sentence = _BULLET.sub("", sentence)
             zh = is_chinese(sentence)
@@ -377,7 +367,7 @@ class RulesExtractor:
                         candidate.slot, candidate.value = corrected.slot, corrected.value
                     candidate.content = stated
             if candidate is None and instruction(sentence) and (not _QUESTION.search(sentence) or asks_to_stop(sentence)):
-                candidate = Candidate(
+                candidate = ProposedMemory(
                     content=sentence, memory_type="procedural", importance=0.8, confidence=0.7,
                     source_ids=[message.message_id], message=message, extractor=self.name, rule="clause.instruction",
                     retracts=reading.flip if reading is not None else "",
@@ -387,7 +377,7 @@ class RulesExtractor:
                 reading.content
             ):
                 event = not reading.flip and is_event(reading.content)
-                candidate = Candidate(
+                candidate = ProposedMemory(
                     content=reading.content, memory_type="episodic" if event else "semantic", importance=0.5,
                     confidence=0.65,
                     source_ids=[message.message_id], message=message, extractor=self.name,
@@ -440,7 +430,7 @@ class RulesExtractor:
             out.extend([pending, *held])
         return out
 
-    def match_sentence(self, sentence: str, message: MessageRecord) -> Candidate | None:
+    def match_sentence(self, sentence: str, message: MessageRecord) -> ProposedMemory | None:
         """The candidate the first matching rule makes of one sentence, or None."""
         if _QUESTION.search(sentence) or len(terms(sentence, keep_stopwords=True)) < 2:
             return None
@@ -455,7 +445,7 @@ class RulesExtractor:
                 if not old:
                     continue
                 replaces = [old]
-            return Candidate(
+            return ProposedMemory(
                 content=sentence, memory_type=rule.memory_type, importance=rule.importance,
                 confidence=rule.confidence, source_ids=[message.message_id], message=message,
                 extractor=self.name, rule=rule.name, slot=slot or None, value=value or None, replaces=replaces,
@@ -463,7 +453,7 @@ class RulesExtractor:
             )
         return None
 
-    def _answer(self, previous: MessageRecord, message: MessageRecord) -> Candidate | None:
+    def _answer(self, previous: MessageRecord, message: MessageRecord) -> ProposedMemory | None:
         """A short answer to the assistant's question about the user, kept with the question."""
         if previous.role != "assistant" or not _QUESTION.search(previous.content):
             return None
@@ -472,20 +462,15 @@ class RulesExtractor:
             return None
         if len(terms(text, keep_stopwords=True)) > self.max_answer_terms:
             return None
-        question = sentences(previous.content)[-1]
+        question = said_sentences(previous.content)[-1]
         zh = bool(_ABOUT_YOU_ZH.search(question))
         if zh:
             if not _ASKS_PREFERENCE_ZH.search(question):
                 return None
         elif not (_ABOUT_YOU_EN.search(question) and _ASKS_PREFERENCE.search(question)):
             return None
-        return Candidate(
+        return ProposedMemory(
             content=f"{question} {text}", memory_type="semantic", importance=0.5, confidence=0.7,
             source_ids=[previous.message_id, message.message_id], message=message, extractor=self.name,
             rule="answer", context=None,
         )
-
-
-def normalised(text: str) -> str:
-    """Lower-cased, NFKC, whitespace-collapsed text for containment tests."""
-    return " ".join(normalize(text).split())

@@ -9,7 +9,6 @@ Recency is one bounded term, so an old but relevant fact is never buried by age 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,10 +16,9 @@ import numpy as np
 
 from agent_memory.models import RecallMode, ScoreParts
 from agent_memory.settings import Settings
-from agent_memory.text import CJK_RANGES
+from agent_memory.text import CJK
 
 SECONDS_PER_DAY = 86_400.0
-_CJK = re.compile(f"[{CJK_RANGES}]")
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,7 @@ def bm25_with_mass(query: Sequence[str], documents: Sequence[Sequence[str]]) -> 
                 rows.append(i)
                 columns.append(column.setdefault(term, len(column)))
     unheld.difference_update(column)
-    missing = float(idf(n, 0)) * sum(1 for term in unheld if not _CJK.search(term)) if n else 0.0
+    missing = float(idf(n, 0)) * sum(1 for term in unheld if not CJK.search(term)) if n else 0.0
     if not rows:
         return np.zeros(n), missing
     tf = np.zeros((n, len(column)))

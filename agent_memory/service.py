@@ -2,27 +2,24 @@
 
 Notebooks, the CLI, Ray jobs, the Serve app and tests all use this one object; it needs no Ray.
 It validates and hands each kind of work to the part that does it: rows (`rows.RowBuilder`),
-new and retired rows with their audit events (`writes.Writes`), recall (`recall.Recaller`).
+new and retired rows with their audit events (`writes.Writes`), one memory read or changed in
+place (`edits.Edits`), recall (`recall.Recaller`), a user's erasure (`erasure.Erasures`) and
+export (`portability`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
 from agent_memory.access import AccessRecorder
-from agent_memory.audit import erasure_event, memory_event
 from agent_memory.context import ContextBuilder
+from agent_memory.edits import Edits
 from agent_memory.embedding import Embedder
-from agent_memory.erasure import finish_erasure
-from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
-from agent_memory.ids import memory_id, ordered_id
-from agent_memory.job_record import ERASURE, JobRecord
-from agent_memory.merge import KEPT_APART, apart_ids
+from agent_memory.erasure import Erasures
+from agent_memory.errors import ConflictError, InvalidInputError, UnavailableError
 from agent_memory.models import (
     ContextQuery,
     MemoryEvent,
@@ -36,8 +33,6 @@ from agent_memory.models import (
     Scope,
     SearchQuery,
     check_identifier,
-    index_parts,
-    index_speaker,
     parse_input,
     utcnow,
 )
@@ -81,6 +76,8 @@ class MemoryService:
         self.redactor = self.rows.redactor
         self.writes = Writes(store, self._require_embedder, lambda: self.embedder is not None, self.access, clock)
         self.recaller = Recaller(store, self._require_embedder, settings, self.access, clock)
+        self.edits = Edits(store, self.rows, self.writes.embed_records, self.access, settings, clock)
+        self.erasures = Erasures(store, maintenance, self.access, settings, clock)
 
     @classmethod
     def row_builder(cls, settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
@@ -102,9 +99,6 @@ class MemoryService:
         if self.embedder is None:
             raise UnavailableError("no embedding model is loaded")
         return self.embedder
-
-    def _event(self, record: MemoryRecord, action: str, actor: str, **change: Any) -> MemoryEvent:
-        return memory_event(record, action, actor, self.clock(), **change)
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -189,101 +183,29 @@ class MemoryService:
     def get(self, scope: Scope, memory_id_: str, *, with_vector: bool = False) -> MemoryRecord:
         """One memory of the scope, with the recall hits logged since the last fold counted in; the
         id may be the stored id or the client id it was written with."""
-        return self._with_pending_access(scope, [self._stored(scope, memory_id_, with_vector=with_vector)])[0]
-
-    def _with_pending_access(self, scope: Scope, records: list[MemoryRecord]) -> list[MemoryRecord]:
-        """Records as shown: stored access counts plus the hits still in the access log (the rows
-        themselves are not changed, so writing a record back never counts its hits twice)."""
-        pending = self.store.pending_access(scope, [r.id for r in records])
-        for record in records:
-            if record.id in pending:
-                hits, last = pending[record.id]
-                record.access_count += hits
-                record.last_accessed_at = max(last, record.last_accessed_at or last)
-        return records
-
-    def _stored(self, scope: Scope, memory_id_: str, *, with_vector: bool = False) -> MemoryRecord:
-        """One memory of the scope as stored (what changes to it start from)."""
-        check_identifier("memory id", memory_id_)
-        candidates = [memory_id_]
-        if scope.user_id is not None:
-            candidates.append(memory_id(scope.org_id, scope.user_id, client_id=memory_id_))
-        found = self.store.get_memories(scope, candidates, with_vectors=with_vector)
-        if not found:
-            raise NotFoundError(f"memory {memory_id_} not found")
-        return found[0]
+        return self.edits.get(scope, memory_id_, with_vector=with_vector)
 
     def list(self, scope: Scope, *, limit: int = 50, cursor: str | None = None, status: str | None = "active") -> Page:
         """The scope's memories, newest first."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInputError("limit must be between 1 and 1000")
-        if status not in (None, "active", "superseded", "expired"):
-            raise InvalidInputError("status must be active, superseded, expired or all")
-        page = self.store.list_memories(scope, limit=limit, cursor=cursor, status=status)
-        self._with_pending_access(scope, page.records)
-        return page
+        return self.edits.list(scope, limit=limit, cursor=cursor, status=status)
 
     def update(self, scope: Scope, memory_id_: str, patch: MemoryPatch | dict[str, Any], *, actor: str = "api") -> MemoryRecord:
         """Change a memory in place (content re-embedded) and record the change."""
-        change = parse_input(MemoryPatch, patch)
-        fields = change.model_dump(exclude_unset=True)
-        if not fields:
-            raise InvalidInputError("nothing to change: give content, memory_type, importance, metadata or expires_at")
-        current = self._stored(scope, memory_id_, with_vector=True)
-        updated = current.model_copy(deep=True)
-        if "content" in fields and fields["content"] is not None:
-            if len(fields["content"]) > self.settings.limits.max_content_chars:
-                raise InvalidInputError(f"content is longer than {self.settings.limits.max_content_chars} characters")
-            updated.content = self.rows.redactor.redact_text(fields["content"])
-            context, _ = index_parts(current.index_text, current.content)
-            speaker = index_speaker(current.index_text, current.content)
-            updated.index_text, updated.keywords = self.rows.index(updated.content, context, speaker)
-            self.embed_records([updated])
-        for name in ("memory_type", "importance", "expires_at"):
-            if name in fields and (fields[name] is not None or name == "expires_at"):
-                setattr(updated, name, fields[name])
-        if "metadata" in fields and fields["metadata"] is not None:
-            updated.metadata = self.rows.redact_metadata(fields["metadata"])
-            if apart_ids(current) and KEPT_APART not in updated.metadata:
-                # Restoring kept this memory apart from what had replaced it; a new metadata keeps that.
-                updated.metadata[KEPT_APART] = apart_ids(current)
-            if len(json.dumps(updated.metadata, default=str).encode()) > self.settings.limits.max_metadata_bytes:
-                raise InvalidInputError(f"metadata is larger than {self.settings.limits.max_metadata_bytes} bytes")
-        updated.updated_at = self.clock()
-        if not self.store.replace_memories(scope, [updated]):
-            raise NotFoundError(f"memory {memory_id_} not found")
-        changed = [k for k in fields if getattr(current, k) != getattr(updated, k)]
-        before = {k: _jsonable(getattr(current, k)) for k in changed}
-        after = {k: _jsonable(getattr(updated, k)) for k in changed}
-        self.store.append_events(scope, [self._event(updated, "updated", actor, before=before, after=after)])
-        updated.vector = None
-        return self._with_pending_access(scope, [updated])[0]
+        return self.edits.update(scope, memory_id_, patch, actor=actor)
 
     def delete(self, scope: Scope, memory_id_: str, *, actor: str = "api") -> None:
         """Delete one memory and record that it was deleted (the event keeps no content)."""
-        current = self._stored(scope, memory_id_)
-        if not self.store.delete_memories(scope, [current.id]):
-            raise NotFoundError(f"memory {memory_id_} not found")
-        self.access.discard(scope.org_id, [current.id])
-        self.store.append_events(
-            scope, [self._event(current, "deleted", actor, before={"memory_type": current.memory_type})]
-        )
+        self.edits.delete(scope, memory_id_, actor=actor)
 
     def history(self, scope: Scope, memory_id_: str) -> list[MemoryEvent]:
         """The audit events of a memory, oldest first; works after deletion too."""
-        check_identifier("memory id", memory_id_)
-        events = self.store.memory_events(scope, memory_id_)
-        if not events and scope.user_id is not None:
-            events = self.store.memory_events(scope, memory_id(scope.org_id, scope.user_id, client_id=memory_id_))
-        if not events:
-            raise NotFoundError(f"memory {memory_id_} not found")
-        return events
+        return self.edits.history(scope, memory_id_)
 
     def erase_user(self, org_id: str, user_id: str, *, actor: str = "api", purge: bool = True) -> dict[str, Any]:
         """Erase a user, unrecoverably: open the erasure's job (its report is the receipt), delete
         the user's rows in every table (gone from every read at once), then, unless `purge` is
         False (the Writer purges beside its next commits), remove the rows' bytes from every
-        file of the store and the import rejects (`agent_memory.erasure.finish_erasure`).
+        file of the store and the import rejects (`agent_memory.erasure.Erasures`).
         Returns the receipt: {"job_id", "rows_deleted", ...}.
 
         The job row is written first, so an erasure cut short anywhere is finished at the next
@@ -293,24 +215,9 @@ class MemoryService:
         if self.maintenance is None:
             raise UnavailableError("erasure purges old versions: open the service with its maintenance interface")
         self.forget_summaries(org_id, user_id)
-        now = self.clock()
-        job = JobRecord.new(f"erase-{ordered_id()}", org_id, ERASURE, state="running", now=now, report={
-            "user_id": user_id, "actor": actor, "requested_at": now.isoformat(),
-        })
-        self.store.put_job(OrgScope(org_id), job.as_row())
-        try:
-            job = self.delete_user_rows(job)
-        except Exception as exc:
-            # Nothing was acknowledged: the job ends here (a later start must not delete what
-            # the user writes after this answer), and the caller sends the erasure again.
-            self.store.put_job(OrgScope(org_id), replace(job, state="failed", updated_at=self.clock(),
-                                                         error=f"{type(exc).__name__}: {exc}"[:500]).as_row())
-            raise UnavailableError(
-                f"the erasure of {user_id!r} could not delete every row ({type(exc).__name__}); some may be gone: "
-                "send it again", code="erasure_incomplete",
-            ) from exc
+        job = self.erasures.start(org_id, user_id, actor)
         if purge:
-            return finish_erasure(self, self.settings, org_id, job.id)
+            return self.erasures.finish(org_id, job.id)
         return {"job_id": job.id, **job.report}
 
     def export_user(self, scope: Scope) -> Iterator[dict[str, Any]]:
@@ -318,7 +225,7 @@ class MemoryService:
         memories in every state, their turns and their memories' events; restorable with
         `restore_user`."""
         memories, _ = self.store.user_memories(scope)
-        memories = self._with_pending_access(scope, memories)
+        memories = self.edits.with_pending_access(scope, memories)
         return export_lines(scope.user_id, memories, self.store.user_messages(scope), self.store.user_events(scope))
 
     def restore_user(self, org_id: str, lines: Iterable[str | bytes]) -> dict[str, Any]:
@@ -327,21 +234,8 @@ class MemoryService:
         model). The whole file is read and checked before anything is written."""
         check_identifier("org_id", org_id)
         export = parse_export(lines, org_id)
-        return {"user_id": export.user_id, "restored": restore_export(self, org_id, export)}
-
-    def delete_user_rows(self, job: JobRecord) -> JobRecord:
-        """An erasure's first step: delete the rows of the job's user in every table, record the
-        counts in its report and leave the `erased` event; the job as it is now."""
-        user_id = str(job.report["user_id"])
-        scope = Scope.user(job.org_id, user_id)
-        self.access.discard_user(job.org_id, user_id)
-        counts = self.store.erase_user(scope)  # idempotent: a resume after a crash here deletes what is left
-        self.access.discard_user(job.org_id, user_id)
-        job = replace(job, updated_at=self.clock(), report={**job.report, "rows_deleted": counts})
-        self.store.put_job(OrgScope(job.org_id), job.as_row())
-        self.store.append_events(scope, [erasure_event(job.org_id, user_id, str(job.report.get("actor")),
-                                                       job.updated_at, counts, job.id)])
-        return job
+        restored = restore_export(self.store, self.rows, self.writes.embed_records, org_id, export)
+        return {"user_id": export.user_id, "restored": restored}
 
     def merge(self, scope: Scope, canonical: MemoryRecord, others: Sequence[MemoryRecord], *,
               action: Literal["reinforced", "merged"] = "merged", actor: str = "system") -> MemoryRecord:
@@ -364,20 +258,22 @@ class MemoryService:
 
     def restore(self, scope: Scope, memory_id_: str, *, actor: str = "api") -> MemoryRecord:
         """Undo a wrong supersede or merge: the superseded memory is active again (409 otherwise)."""
-        back = self.writes.restore(scope, self._stored(scope, memory_id_), actor=actor)
-        return self._with_pending_access(scope, [back])[0]
+        back = self.writes.restore(scope, self.edits.stored(scope, memory_id_), actor=actor)
+        return self.edits.with_pending_access(scope, [back])[0]
 
     # -- recall --------------------------------------------------------------------------------
 
-    def recall(self, org_id: str, query: SearchQuery | dict[str, Any]) -> RecallResult:
-        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k."""
-        return self.recaller.recall(org_id, query)
+    def recall(self, org_id: str, query: SearchQuery | dict[str, Any], *,
+               visible_teams: Collection[str] | None = None) -> RecallResult:
+        """Prefilter, search by vector and by keywords, fuse, cut at min_score, return top_k.
+        `visible_teams`: a caller kept to these teams finds their memories and those of no team."""
+        return self.recaller.recall(org_id, query, visible_teams=visible_teams)
 
     def context(self, org_id: str, query: ContextQuery | dict[str, Any], *,
-                visible: Callable[[str | None], bool] | None = None) -> dict[str, Any]:
+                visible_teams: Collection[str] | None = None) -> dict[str, Any]:
         """The block an agent puts in its prompt: recalled memories, a summary of the session's older
-        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible` keeps the
-        memories of the teams a caller may read."""
+        turns and its recent ones, within `max_tokens` (agent_memory.context). `visible_teams` as
+        for `recall`."""
         request: ContextQuery = parse_input(ContextQuery, query)
         builder = self.context_builder
         builder.budget(request)  # a budget over the limit is refused before any work
@@ -389,9 +285,8 @@ class MemoryService:
         if top_k:
             recalled = self.recall(org_id, SearchQuery(
                 user_id=request.user_id, query=request.query, top_k=top_k, memory_types=request.memory_types
-            ))
-        hits = [h for h in recalled.memories if visible is None or visible(h.team_id)]
-        return builder.build(org_id, request, turns, hits, degraded=recalled.degraded)
+            ), visible_teams=visible_teams)
+        return builder.build(org_id, request, turns, recalled.memories, degraded=recalled.degraded)
 
     @cached_property
     def context_builder(self) -> ContextBuilder:
@@ -459,9 +354,3 @@ class _NoStore:
             raise UnavailableError(f"this service only builds rows; it has no store to {name}")
 
         return refuse
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agent_memory.text import normalize
+from agent_memory.text import nfkc_lower
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _LATIN_WORD = re.compile(r"[a-z][a-z'\-]*")
@@ -86,7 +86,7 @@ def _without(text: str, compounds: Sequence[str]) -> str:
 
 def polarity(text: str) -> bool:
     """Whether a text is negated or states an aversion (English words or Chinese negators)."""
-    lowered = normalize(text)
+    lowered = nfkc_lower(text)
     words = set(_NON_WORD.sub(" ", lowered.replace("’", "'")).split()) | set(lowered.split())
     if words & _NEGATION_WORDS or any(w.endswith("n't") for w in words):
         return True
@@ -96,7 +96,7 @@ def polarity(text: str) -> bool:
 
 def persons(text: str) -> frozenset[str]:
     """The other people a statement is about or belongs to ("wife", "我同事"), in either language."""
-    lowered = normalize(text).replace("’", "'")
+    lowered = nfkc_lower(text).replace("’", "'")
     words = {w.removesuffix("'s") for w in _LATIN_WORD.findall(lowered)}
     words |= {part for w in words for part in w.split("-")}  # "ex-wife", "step-son"
     found = {w for w in words if w in _PERSON_WORDS_EN}
@@ -129,7 +129,7 @@ _ONGOING = re.compile(r"\bsince (?:last \w+|\w+ (?:\w+ )?ago|\w+)\b|(?:自从|�
 
 def modality(text: str) -> frozenset[str]:
     """The marks of time and intent in a statement: "past" (used to, 以前), "intent" (plans to, 打算)."""
-    lowered = _ONGOING.sub(" ", normalize(text).replace("’", "'"))
+    lowered = _ONGOING.sub(" ", nfkc_lower(text).replace("’", "'"))
     return frozenset(kind for kind, pattern in _MODALITY_RES.items() if pattern.search(lowered))
 
 
@@ -140,7 +140,7 @@ _ASPECT_MARKS = {"done": re.compile(r"\balready\b|已经|早就"), "ongoing": re
 
 def aspect(text: str) -> str:
     """"done" (already, 已经), "ongoing" (still, 还在), or "" (neither, or both)."""
-    lowered = normalize(text)
+    lowered = nfkc_lower(text)
     found = [kind for kind, pattern in _ASPECT_MARKS.items() if pattern.search(lowered)]
     return found[0] if len(found) == 1 else ""
 

@@ -27,6 +27,9 @@ class RecallFilter:
     # Memories past their expiry are invisible to recall even before consolidation marks them.
     now: datetime | None = None
     status: str = "active"
+    # A caller kept to some teams finds the memories of those teams and of no team, never another
+    # team's (None: every team of the scope).
+    visible_teams: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,8 @@ class MemoryStore(Protocol):
         ...
 
     def recall_records(self, scope: Scope, ids: Sequence[str]) -> list[MemoryRecord]:
-        """The display fields (content, type, sources, metadata, ...) of recalled memories."""
+        """Recalled memories as partial records: what a hit shows (content, type, date, sources,
+        metadata) and whose it is (org, user)."""
         ...
 
     def list_memories(self, scope: Scope, *, limit: int, cursor: str | None, status: str | None) -> Page:

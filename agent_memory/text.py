@@ -1,4 +1,5 @@
-"""Language-aware text helpers: the keyword terms BM25 indexes, and lexical similarity.
+"""Language-aware text helpers: the CJK pattern, whether a text is Chinese, sentences, the keyword
+terms BM25 indexes, and lexical similarity. Every module that asks these questions asks them here.
 
 English (and other space-separated scripts) is split into lower-cased words. Chinese, Japanese
 and Korean runs, which have no spaces, become overlapping character bigrams, as Lucene's CJK
@@ -20,9 +21,11 @@ from functools import lru_cache
 
 # The character ranges treated as CJK (kana, CJK ideographs, hangul), for regex classes here and elsewhere.
 CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+# One CJK character; a text made of CJK characters only.
+CJK = re.compile(f"[{CJK_RANGES}]")
+CJK_RUN = re.compile(rf"^[{CJK_RANGES}]+$")
 # Word tokens stop where a CJK run starts, so "从Emacs换成Zed了" splits into its words and bigrams.
 _TOKEN = re.compile(rf"[{CJK_RANGES}]+|[^\W_{CJK_RANGES}]+(?:['’][^\W_{CJK_RANGES}]+)?", re.UNICODE)
-_CJK_RUN = re.compile(rf"^[{CJK_RANGES}]+$")
 # Han characters: the parts of a CJK run that the Chinese dictionary segments into words.
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 # A clitic on an English word ("what's", "they're", "we'll"): a stop word with one is a stop word.
@@ -50,16 +53,22 @@ CHINESE_STOPWORDS = frozenset(
 )
 
 
-def normalize(text: str) -> str:
+def nfkc_lower(text: str) -> str:
     """NFKC-normalise (full-width letters and digits become ASCII) and lower-case."""
     return unicodedata.normalize("NFKC", text).lower()
+
+
+def comparable(text: str) -> str:
+    """`nfkc_lower` with its whitespace collapsed: two texts that differ only in case, width and
+    spacing compare equal (and one is found inside the other)."""
+    return " ".join(nfkc_lower(text).split())
 
 
 def terms(text: str, *, keep_stopwords: bool = False) -> list[str]:
     """The keyword terms of a text: words, and bigrams of CJK runs (a lone CJK character stays)."""
     out: list[str] = []
-    for token in _TOKEN.findall(normalize(text)):
-        if _CJK_RUN.match(token):
+    for token in _TOKEN.findall(nfkc_lower(text)):
+        if CJK_RUN.match(token):
             words, function = _segment(token)
             if len(token) == 1:
                 out.append(token)
@@ -132,7 +141,7 @@ def field_text(text: str) -> str:
     seen: set[str] = set()
     out = []
     for term in terms(text):
-        if not _CJK_RUN.match(term):
+        if not CJK_RUN.match(term):
             stem = stem_words([term])[0]
             if stem in seen:
                 continue
@@ -183,15 +192,32 @@ def index_terms(keywords: str) -> tuple[str, ...]:
     return tuple(_fold(t) for t in stemmed)
 
 
-def cjk_share(text: str) -> float:
-    """The share of a text's letters that are CJK characters."""
-    letters = [c for c in text if c.isalnum()]
-    if not letters:
-        return 0.0
-    return sum(1 for c in letters if re.match(rf"[{CJK_RANGES}]", c)) / len(letters)
+# A text is Chinese when its CJK characters are at least this share of its CJK characters and
+# Latin letters together: a Chinese word takes one or two characters where an English one takes
+# five letters or so, so "我喜欢用 Python 写后端" (7 of 13) is Chinese and a name or two in
+# Chinese letters inside an English sentence is not.
+CHINESE_SHARE = 0.25
 
 
-_SENTENCE = re.compile(r"[^。！？!?.\n]+[。！？!?.…]*")
+def is_chinese(text: str) -> bool:
+    """Whether a text is mostly Chinese (CJK characters at least `CHINESE_SHARE` of its CJK
+    characters and Latin letters)."""
+    cjk = len(CJK.findall(text))
+    latin = sum(c.isascii() and c.isalpha() for c in text)
+    return cjk > 0 and cjk >= CHINESE_SHARE * (cjk + latin)
+
+
+# A sentence ends at . ! ? 。！？ ; ；, a line break, or a face or a gesture, which ends one as a
+# full stop does ("the Pixel died last month 💀 I'm on an iPhone 15 now"); a point between digits
+# is a decimal point ("0.01%"), not an end.
+_EMOJI = "\U0001F600-\U0001F64F\U0001F910-\U0001F97F\U0001F480\U0001F389\U0001F44C-\U0001F44F"
+_SENTENCE = re.compile(rf"(?:[^.!?。！？；;\n{_EMOJI}]|(?<=\d)\.(?=\d))+[.!?。！？；;{_EMOJI}\ufe0f\s]*")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a text, each with the marks that end it (abbreviations are rare enough in
+    chat to ignore)."""
+    return [piece for match in _SENTENCE.finditer(text) if (piece := match.group(0).strip())]
 
 
 def only_asks(text: str) -> bool:
@@ -200,8 +226,8 @@ def only_asks(text: str) -> bool:
     A turn that only asks tells nothing; the answer after it holds the question's words too (as
     its context), and is what a search for them wants first.
     """
-    sentences = [s.strip() for s in _SENTENCE.findall(text) if any(c.isalnum() for c in s)]
-    return bool(sentences) and all(s.endswith(("?", "？")) for s in sentences)
+    asked = [s for s in sentences(text) if any(c.isalnum() for c in s)]
+    return bool(asked) and all(s.endswith(("?", "？")) for s in asked)
 
 
 def lexical_similarity(a: str, b: str) -> float:

@@ -5,8 +5,7 @@ Clustering (`agent_memory.clustering`) links two memories only when their wordin
 restatement names the same things ("Lufthansa", "AB-"), and the bar its cosine must reach
 depends on how its content words differ from the other's. Where the model cannot read a text,
 `weighted_overlap` of `lexical_features` stands in for cosine; `swaps_roles` tells who does what
-to whom. (`lexical_agreement`, `adds_content` and `content_terms` are the earlier word-set
-measures, kept for the checks that still compare them.)
+to whom. Extraction reads `content_terms` and `topic_words` to tell what a statement is about.
 """
 
 from __future__ import annotations
@@ -16,9 +15,16 @@ import unicodedata
 from collections.abc import Sequence
 
 from agent_memory.stance import is_person_word
-from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS, chinese_words, normalize, stem_words, terms
+from agent_memory.text import (
+    CJK,
+    CJK_RANGES,
+    ENGLISH_STOPWORDS,
+    chinese_words,
+    nfkc_lower,
+    sentences,
+    stem_words,
+)
 
-_CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
 # A CJK character, or a word of any other script (a word stops where a CJK run starts).
 _CONTENT_TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\W_{CJK_RANGES}]+(?:'[^\\W_{CJK_RANGES}]+)?", re.UNICODE)
 
@@ -29,7 +35,8 @@ _SIGNED = r"(?:[+#]+|-(?![^\W_]))?"
 _NAME_TOKEN = re.compile(rf"[^\W_]+{_SIGNED}", re.UNICODE)
 # The same without CJK: "我喜欢用Python" holds the word "Python".
 _LATIN_NAME_TOKEN = re.compile(rf"[^\W_{CJK_RANGES}]+{_SIGNED}", re.UNICODE)
-_SENTENCE_END = re.compile(r"[.!?。！？;；:：]\s*|\n")
+# After a colon a text starts afresh, as a sentence does ("user: Italian cuisine ...").
+_COLON = re.compile(r"[:：]")
 
 # English contractions spelt out ("I've got" is "I have got"); "n't" stays, for negation is compared apart.
 _HAD = re.compile(r"(?<=[a-z])'d(?=\s+(?:been|had|got|gone|done)\b)")  # "I'd been" is "I had been"
@@ -42,7 +49,7 @@ _DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 def folded(text: str) -> str:
     """NFKC, lower case, one apostrophe, contractions spelt out and digit groups joined: what
     every comparison of wording starts from."""
-    lowered = _HAD.sub(" had", _DIGIT_GROUP.sub("", normalize(text).replace("’", "'")))
+    lowered = _HAD.sub(" had", _DIGIT_GROUP.sub("", nfkc_lower(text).replace("’", "'")))
     return _CONTRACTION.sub(lambda m: _CONTRACTED[m.group(1)], lowered)
 
 
@@ -64,10 +71,11 @@ def names(text: str) -> frozenset[str]:
     left out because capitals there say nothing ("Italian cuisine is ...", "Every day, ...").
     """
     found = set(_cjk_numbers(text))
-    for sentence in _SENTENCE_END.split(_DIGIT_GROUP.sub("", unicodedata.normalize("NFKC", text))):
+    folded_digits = _DIGIT_GROUP.sub("", unicodedata.normalize("NFKC", text))
+    for sentence in (part for whole in sentences(folded_digits) for part in _COLON.split(whole)):
         tokens = _LATIN_NAME_TOKEN.findall(sentence)
         # In Chinese no Latin word starts the sentence; in capitals, capitals say nothing.
-        first = 0 if _CJK_CHAR.search(sentence) else 1
+        first = 0 if CJK.search(sentence) else 1
         shouting = sum(c.isupper() for c in sentence) > 1 and not any(c.islower() for c in sentence)
         for k, token in enumerate(tokens):
             if any(c.isdigit() for c in token) or (
@@ -90,25 +98,6 @@ def word_set(text: str) -> frozenset[str]:
     pieces = {p for w in latin for p in _LETTERS_OR_DIGITS.findall(w)}
     joined = {a + b for a, b in zip(latin, latin[1:], strict=False)}
     return frozenset(_NAME_TOKEN.findall(lowered)) | frozenset(latin) | pieces | joined | frozenset(_cjk_numbers(text))
-
-
-def names_agree(a: str, b: str) -> bool:
-    """Whether every name or number of each text is also a word of the other."""
-    return names(a) <= word_set(b) and names(b) <= word_set(a)
-
-
-def lexical_agreement(a: str, b: str) -> float:
-    """Dice overlap of word terms, CJK bigrams and CJK single characters, 0..1.
-
-    Single characters next to the bigrams of `agent_memory.text` make an inserted adverb
-    ("我很喜欢喝咖啡" for "我喜欢喝咖啡") cost less than a changed object ("我喜欢喝茶"), which
-    bigrams alone score the other way round on short sentences.
-    """
-    ta = set(terms(a)) | set(_CJK_CHAR.findall(normalize(a)))
-    tb = set(terms(b)) | set(_CJK_CHAR.findall(normalize(b)))
-    if not ta or not tb:
-        return 0.0
-    return 2 * len(ta & tb) / (len(ta) + len(tb))
 
 
 # Words that shade a statement without changing what it is about: adverbs of degree, time and
@@ -166,13 +155,13 @@ def content_sequence(text: str) -> list[str]:
     capitalised = {w.lower() for w in _CONTENT_TOKEN.findall(unicodedata.normalize("NFKC", text)) if w[:1].isupper()}
     words: list[str] = []
     for token in _CONTENT_TOKEN.findall(without_function_words(text)):
-        if _CJK_CHAR.match(token):
+        if CJK.match(token):
             words.append(token)
         elif token not in ENGLISH_STOPWORDS and token not in _FUNCTION_WORDS_EN and not token.endswith("n't") and not (
             token.endswith("ly") and token not in _LY_KEPT and token not in capitalised
         ):
             words.append(token)
-    latin = [i for i, w in enumerate(words) if not _CJK_CHAR.match(w)]
+    latin = [i for i, w in enumerate(words) if not CJK.match(w)]
     for i, stem in zip(latin, stem_words([words[i] for i in latin]), strict=True):
         words[i] = stem
     return words
@@ -181,15 +170,6 @@ def content_sequence(text: str) -> list[str]:
 def content_terms(text: str) -> set[str]:
     """The words and CJK characters that say what a statement is about (function words removed)."""
     return set(content_sequence(text))
-
-
-def adds_content(a: set[str], b: set[str]) -> bool:
-    """Whether one statement has more content terms the other lacks than the other way round.
-
-    A restatement may swap a word for a synonym ("named" for "called"): one for one. A statement
-    with a term more ("sister", "同事") is about something else, even where it also swaps a word.
-    """
-    return len(a - b) != len(b - a)
 
 
 # Who every statement is about: sharing it says nothing about sharing a fact.
@@ -224,7 +204,7 @@ _POSSESSIVE = re.compile(r"(?:'s|\bmy|\bour)\s+([^\W_]+)")
 
 def owned_terms(text: str) -> frozenset[str]:
     """The content terms (stems) right after a possessive: "the user's cat", "my company"."""
-    lowered = normalize(text).replace("’", "'")
+    lowered = nfkc_lower(text).replace("’", "'")
     return frozenset(stem_words(_POSSESSIVE.findall(lowered)))
 
 
@@ -233,7 +213,7 @@ def exact_key(text: str) -> str:
 
     The signs that make a name ("C++", "AB-") are kept: "AB-" and "AB+" are two blood groups.
     """
-    return " ".join(_NAME_TOKEN.findall(normalize(text)))
+    return " ".join(_NAME_TOKEN.findall(nfkc_lower(text)))
 
 
 
@@ -258,7 +238,7 @@ def role_tokens(text: str) -> tuple[str, ...]:
         text = text.replace(variant, plain)
     out: list[str] = []
     for token in _ROLE_TOKEN.findall(text):
-        if _CJK_CHAR.match(token):
+        if CJK.match(token):
             # "爸爸" is "爸": a relation said twice over is one word for `is_person_word`.
             out.extend(_KIN_DOUBLED.sub(r"\1", w) for w in chinese_words(token) if w not in _ROLE_NOISE)
         elif token not in _ROLE_NOISE:
@@ -268,7 +248,7 @@ def role_tokens(text: str) -> tuple[str, ...]:
         (w in _POSSESSIVES or (w == "user" and out[k + 1 : k + 2] == ["s"]))
         and is_person_word(([x for x in out[k + 1 : k + 3] if x != "s"] or [""])[0]))]
     out = [w for w in out if w != "s"]
-    latin = [i for i, w in enumerate(out) if not _CJK_CHAR.match(w)]
+    latin = [i for i, w in enumerate(out) if not CJK.match(w)]
     for i, stem in zip(latin, stem_words([out[i] for i in latin]), strict=True):
         # A statement in memory is about the user: "she", "her" and "them" are the user.
         out[i] = "i" if stem in _THE_USER else stem
@@ -382,12 +362,12 @@ def lexical_features(text: str) -> frozenset[str]:
     ("用户", "我") taken out. Characters let a changed word meet its fact halfway."""
     out: set[str] = set()
     for token in _ROLE_TOKEN.findall(without_function_words(text)):
-        if _CJK_CHAR.match(token):
+        if CJK.match(token):
             words = [w for w in chinese_words(token) if w != "我"]
             out.update(w for w in words if len(w) > 1)
             out.update(c for w in words for c in w if c != "我")
     for word in content_sequence(text):
-        if not _CJK_CHAR.match(word) and word != "user":
+        if not CJK.match(word) and word != "user":
             out.update(_LETTERS_OR_DIGITS.findall(word))  # "Mate60" is "Mate 60"
     return frozenset(out)
 
@@ -407,14 +387,14 @@ def topic_words(text: str) -> frozenset[str]:
     """What a statement is about: its content words (English stems, Chinese words of two or more
     characters), without single characters, function words, generic verbs or the subject."""
     return frozenset(f for f in lexical_features(text)
-                     if not (_CJK_CHAR.match(f) and len(f) < 2) and f not in _GENERIC_VERBS)
+                     if not (CJK.match(f) and len(f) < 2) and f not in _GENERIC_VERBS)
 
 
 def content_characters(text: str) -> frozenset[str]:
     """The Chinese characters and Latin words (stems, letters apart from digits) a statement says,
     function words and the subject taken out: what an entity swapped in the same frame changes."""
-    out = {f for f in lexical_features(text) if not _CJK_CHAR.match(f)}
+    out = {f for f in lexical_features(text) if not CJK.match(f)}
     for token in _ROLE_TOKEN.findall(without_function_words(text)):
-        if _CJK_CHAR.match(token):
+        if CJK.match(token):
             out.update(c for c in token if c != "我")
     return frozenset(out)

@@ -1,9 +1,10 @@
 """Start-up of the `agent-memory` command, beside a reference checkout in the same run.
 
 What a user waits for before any command does its work: a fresh interpreter importing the CLI
-module (`python -c "import cli.main"`) and printing its help (`python -m cli.main --help`).
-The reference is another checkout of the project (for example an earlier commit in a git
-worktree) run with the same interpreter and packages, its own tree first on `PYTHONPATH`.
+module (`python -c "import cli.main"`), printing its help (`python -m cli.main --help`) and a
+command's (`python -m cli.main add --help`). The reference is another checkout of the project (for
+example an earlier commit in a git worktree) run with the same interpreter and packages, its own
+tree and its own HTTP client (`clients/python`) first on `PYTHONPATH`.
 Rounds alternate (reference, current, reference, ...) so drift on the machine hits both sides;
 the result holds every round, the medians and the median of the paired ratios.
 
@@ -29,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_once(tree: Path, argv: list[str]) -> float:
-    """Wall seconds of `python ARGV` in `tree`, that tree first on the import path."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
+    """Wall seconds of `python ARGV` in `tree`, that tree and its client first on the import path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "clients" / "python")]),
+           "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *argv], cwd=tree, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
@@ -40,7 +42,8 @@ def run_once(tree: Path, argv: list[str]) -> float:
 
 
 def probes(module: str) -> dict[str, list[str]]:
-    return {"import": ["-c", f"import {module}"], "help": ["-m", module, "--help"]}
+    return {"import": ["-c", f"import {module}"], "help": ["-m", module, "--help"],
+            "command_help": ["-m", module, "add", "--help"]}
 
 
 def main() -> int:
@@ -56,13 +59,13 @@ def main() -> int:
     for tree, module in sides.values():  # one untimed run each: bytecode compiled, files cached
         for argv in probes(module).values():
             run_once(tree, argv)
-    samples: dict[str, dict[str, list[float]]] = {side: {"import": [], "help": []} for side in sides}
+    samples: dict[str, dict[str, list[float]]] = {side: {probe: [] for probe in probes("")} for side in sides}
     for _ in range(args.rounds):
         for side, (tree, module) in sides.items():
             for probe, argv in probes(module).items():
                 samples[side][probe].append(round(run_once(tree, argv), 3))
     figures = {}
-    for probe in ("import", "help"):
+    for probe in probes(""):
         ref, cur = samples["reference"][probe], samples["current"][probe]
         ratios = [round(c / r, 3) for r, c in zip(ref, cur, strict=True)]
         figures[probe] = {
@@ -70,7 +73,7 @@ def main() -> int:
             "reference_median_s": round(statistics.median(ref), 3), "current_median_s": round(statistics.median(cur), 3),
             "ratios_current_over_reference": ratios, "median_ratio": round(statistics.median(ratios), 3),
         }
-        print(f"{probe:>6}: reference {figures[probe]['reference_median_s']:.2f} s, "
+        print(f"{probe:>12}: reference {figures[probe]['reference_median_s']:.2f} s, "
               f"current {figures[probe]['current_median_s']:.2f} s, median ratio {figures[probe]['median_ratio']:.2f}")
     path = write_result(args.name, {
         "sides": {

@@ -45,7 +45,7 @@ from agent_memory import scoring  # noqa: E402
 from agent_memory.evaluation import MODES, evaluate_recall, load_questions  # noqa: E402
 from agent_memory.history import parse_file  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
-from agent_memory.text import CJK_RANGES, ENGLISH_STOPWORDS  # noqa: E402
+from agent_memory.text import CJK, CJK_RANGES, ENGLISH_STOPWORDS  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
 from jobs.importer import import_into  # noqa: E402
 from storage.connect import maintenance_of, open_service  # noqa: E402  (the wiring `agent-memory eval` uses)
@@ -65,7 +65,7 @@ def plain_terms(text: str) -> list[str]:
     """The reference tokenizer: lower-cased words less English stop words, CJK runs as bigrams."""
     out: list[str] = []
     for token in _PLAIN.findall(text.lower()):
-        if re.match(rf"[{CJK_RANGES}]", token):
+        if CJK.match(token):
             out.extend([token] if len(token) == 1 else [token[i : i + 2] for i in range(len(token) - 1)])
         elif token not in ENGLISH_STOPWORDS:
             out.append(token)

@@ -20,7 +20,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,27 +27,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from cli.main import _kill_session as kill_session
-from cli.main import _session_pids as session_pids
+from cli.net import free_port
+from cli.processes import kill_session, session_pids
 
 LABEL = "agent-memory/node"
 HEAD = "head"
-# Ray's workers take ports in 10002-19999 and refuse a node port inside that range.
-WORKER_PORTS = range(10002, 20000)
 STATE_FILE = "cluster.json"
 DEFAULT_ROOT = Path(tempfile.gettempdir()) / "agent-memory-cluster"
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 START_TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now, outside Ray's worker port range."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in WORKER_PORTS:
-            return port
 
 
 class LocalCluster:

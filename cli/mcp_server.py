@@ -8,8 +8,8 @@ Python client (writes go through its Writer; its keys decide what a call may do)
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
-from agent_memory_client import AgentMemoryError as ClientError
-from agent_memory_client import Context, ContextMemory, Erasure, Memory, MemoryClient
+from agent_memory_http import AgentMemoryError as ClientError
+from agent_memory_http import Context, ContextMemory, Erasure, Memory, MemoryClient
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -28,12 +28,13 @@ from agent_memory import __version__
 from agent_memory.errors import AgentMemoryError, InvalidInputError
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
-from agent_memory.settings import Settings
 from cli.net import is_loopback
 from storage.connect import open_service
 
 ACTOR = "mcp"  # the actor of embedded writes in the audit trail; over HTTP the server names the key
 MCP_PATH = "/mcp"
+# Lines for each request and session: the client's calls to the server, the SDK's handling of them.
+PER_REQUEST_LOGGERS = ("httpx", "httpcore", "mcp")
 
 INSTRUCTIONS = (
     "Long-term memory of the users you work with, kept across conversations. Call `recall` with what "
@@ -286,37 +287,47 @@ def build_server(memories: Memories, *, allow_erase: bool) -> MCPServer:
 # -- the command --------------------------------------------------------------------------------
 
 
-def open_memories(args: argparse.Namespace, settings: Settings) -> Memories:
+def open_memories(*, url: str | None, api_key: str | None, embedded: bool, org_id: str,
+                  storage_uri: str | None) -> Memories:
     """The backend the command line names: the local store with --embedded, else the server at --url."""
-    if not args.embedded:
-        return RemoteMemories(MemoryClient(args.url, args.api_key))
-    if args.url is not None or args.api_key is not None:
+    if not embedded:
+        return RemoteMemories(MemoryClient(url, api_key))
+    if url is not None or api_key is not None:
         raise InvalidInputError("--url and --api-key name a running server; --embedded opens the local store instead")
+    from cli.options import settings
+
     # Over stdio, stdout carries the protocol: nothing said while the model loads may land there.
     with contextlib.redirect_stdout(sys.stderr):
         # Recall hits are counted in the background, as the server's replicas count them; closing flushes.
-        service = open_service(settings, with_maintenance=True, defer_access=True)
-    return EmbeddedMemories(service, args.org_id)
+        service = open_service(settings(storage_uri), with_maintenance=True, defer_access=True)
+    return EmbeddedMemories(service, org_id)
 
 
-def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    """Serve the memory tools until stdin closes (stdio) or the process is stopped (HTTP)."""
-    memories = open_memories(args, settings)
+def run_mcp(*, transport: str, host: str, port: int, allow_erase: bool, verbose: bool, **backend: Any) -> int:
+    """Serve the memory tools until stdin closes (stdio) or the process is stopped (HTTP).
+
+    Its output is its own line and uvicorn's (started, stopped); the libraries' lines for each
+    request and session (httpx's calls to the server, the MCP SDK's) only with -v.
+    """
+    if not verbose:
+        for name in PER_REQUEST_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    memories = open_memories(**backend)
     try:
-        server = build_server(memories, allow_erase=args.allow_erase)
-        if args.transport == "stdio":
+        server = build_server(memories, allow_erase=allow_erase)
+        if transport == "stdio":
             print(f"agent-memory MCP server on stdio, over {memories.where}", file=sys.stderr, flush=True)
             server.run("stdio")
             return 0
-        if not is_loopback(args.host):
-            print(f"warning: the MCP endpoint on {args.host} has no authentication of its own: whoever reaches it "
+        if not is_loopback(host):
+            print(f"warning: the MCP endpoint on {host} has no authentication of its own: whoever reaches it "
                   "acts with this server's key, or on the local store", file=sys.stderr)
-        print(f"agent-memory MCP server at http://{args.host}:{args.port}{MCP_PATH}, over {memories.where}",
+        print(f"agent-memory MCP server at http://{host}:{port}{MCP_PATH}, over {memories.where}",
               file=sys.stderr, flush=True)
         # Uvicorn stops in order on SIGTERM, then raises it again: as an interrupt, as Ctrl-C is, so the
         # backend is closed too.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        server.run("streamable-http", host=args.host, port=args.port, streamable_http_path=MCP_PATH)
+        server.run("streamable-http", host=host, port=port, streamable_http_path=MCP_PATH)
         return 0
     finally:
         memories.close()

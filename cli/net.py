@@ -1,6 +1,11 @@
-"""Addresses the commands listen on."""
+"""Addresses: what the commands listen on, and free ports for the servers and clusters they start."""
 
 import ipaddress
+import socket
+
+# Ray's workers take ports in 10002-19999 (a node refuses a port of its own inside that range), so
+# a port from there handed to another server could be taken by a Ray worker before that server binds.
+RAY_WORKER_PORTS = range(10002, 20000)
 
 
 def is_loopback(host: str) -> bool:
@@ -11,3 +16,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, outside Ray's worker port range."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in RAY_WORKER_PORTS:
+            return port

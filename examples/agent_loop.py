@@ -23,7 +23,7 @@ import sys
 import uuid
 
 import openai
-from agent_memory_client import AgentMemoryError, MemoryClient
+from agent_memory_http import AgentMemoryError, MemoryClient
 
 SYSTEM = """You are a helpful assistant with a long-term memory of the user.
 Answer in the language of the user's message. Use what you remember when it is relevant, and do

@@ -2,7 +2,8 @@
 
 Vectors are deterministic bags of hashed words, so similar texts get similar vectors. Setting
 `fail_with` makes every call answer that HTTP status, to exercise outages; `delay_s` makes it
-slow, as an overloaded endpoint is. `batches` records how many texts each call carried.
+slow, as an overloaded endpoint is; clearing `answering` holds every call until it is set again.
+`batches` records how many texts each call carried.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class EmbeddingsServer:
     def __init__(self) -> None:
         self.fail_with: int | None = None
         self.delay_s = 0.0
+        self.answering = threading.Event()
+        self.answering.set()
         self.calls = 0
         self.batches: list[int] = []
         server = self
@@ -45,6 +48,7 @@ class EmbeddingsServer:
                 server.calls += 1
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 server.batches.append(len(body["input"]) if isinstance(body["input"], list) else 1)
+                server.answering.wait(timeout=600)
                 time.sleep(server.delay_s)
                 if server.fail_with is not None:
                     payload = json.dumps({"error": {"message": "unavailable", "type": "server_error"}}).encode()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,17 +19,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from cli.net import free_port
+
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class S3Server:

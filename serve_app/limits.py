@@ -8,7 +8,8 @@ some arithmetic, no round trip; docs/security.md says why this and not a shared 
 
 Quotas are kept by the Writer, which every API write passes through (`OrgQuota`): an org's active
 memories are counted once and then recounted every `quota_refresh_seconds`; in between, the
-Writer adds what it commits itself and holds back the rows of writes still in its queue.
+Writer adds what it commits itself and holds back the rows of writes still in its queue. With
+several Writer shards, one shard per org keeps its quota for all (`QuotaRoute`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.errors import PermissionDeniedError, UnavailableError
+from serve_app.errors import unwrap_remote
+from serve_app.shards import shard_name, shard_of
+
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
 
 # Serve's own logger: with `logging_config: {encoding: JSON}` every line is JSON with the request id.
 log = logging.getLogger("ray.serve")
@@ -220,3 +226,75 @@ class OrgQuota:
             log.warning("%s; the count before stays", exc)
         finally:
             org.recount = None
+
+
+class QuotaRoute:
+    """Where an org's memory quota is kept. With one Writer, here; with several shards, by one
+    shard per org (its `keeper`), which every shard asks before it admits a write and tells what
+    its commit created: the cap then holds across shards as it does for one Writer (OrgQuota).
+    Orgs without a quota cost no extra call."""
+
+    def __init__(self, local: OrgQuota, shard: int, shards: int) -> None:
+        self.local, self._shard, self._shards = local, shard, shards
+        self._handles: dict[int, DeploymentHandle] = {}
+        self._settling: set[asyncio.Task[Any]] = set()
+
+    def _remote(self, org_id: str) -> DeploymentHandle | None:
+        """The keeper's handle, or None where this shard keeps the org's quota (or it has none)."""
+        keeper = shard_of(org_id, QUOTA_KEY, self._shards)
+        if keeper == self._shard or not self.local.limit_of(org_id):
+            return None
+        if keeper not in self._handles:
+            from ray import serve
+
+            app = serve.get_replica_context().app_name
+            self._handles[keeper] = serve.get_deployment_handle(shard_name(keeper), app_name=app)
+        return self._handles[keeper]
+
+    async def admit(self, org_id: str, ids: list[str]) -> int:
+        remote = self._remote(org_id)
+        if remote is None:
+            return await self.local.admit(org_id, ids)
+        return await _unwrapped(remote.quota_admit.remote(org_id, ids))
+
+    async def reserve(self, org_id: str, rows: int) -> int:
+        remote = self._remote(org_id)
+        if remote is None:
+            return await self.local.reserve(org_id, rows)
+        return await _unwrapped(remote.quota_reserve.remote(org_id, rows))
+
+    async def check_room(self, org_id: str) -> None:
+        remote = self._remote(org_id)
+        if remote is None:
+            await self.local.check_room(org_id)
+        else:
+            await _unwrapped(remote.check_room.remote(org_id))
+
+    def settle(self, org_id: str, held: int, created: int) -> None:
+        """After a commit (called from its future's callback, on the replica's loop)."""
+        remote = self._remote(org_id)
+        if remote is None:
+            self.local.settle(org_id, held, created)
+        elif held or created:
+            task = asyncio.get_running_loop().create_task(self._settle_remote(remote, org_id, held, created))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+
+    @staticmethod
+    async def _settle_remote(remote: DeploymentHandle, org_id: str, held: int, created: int) -> None:
+        try:
+            await remote.quota_settle.remote(org_id, held, created)
+        except Exception as exc:  # noqa: BLE001 - the keeper restarted: it counts the org afresh
+            log.warning("could not settle org %s's quota on its keeper shard: %s", org_id, exc)
+
+
+# What an org's quota keeper is chosen by: shard_of(org, QUOTA_KEY), a name no user id can take.
+QUOTA_KEY = "\x00quota"
+
+
+async def _unwrapped(response: Any) -> Any:
+    """A shard's answer, its error as the shard raised it (Ray wraps errors of remote calls)."""
+    try:
+        return await response
+    except Exception as exc:
+        raise unwrap_remote(exc) from None

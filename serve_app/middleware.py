@@ -1,6 +1,6 @@
 """What every request passes through around its route: its request id and one JSON log line, the
-body-size limit (read before any parsing) and its content type, and the caller's API key and rate
-limit (`Caller`).
+wait for its replica's start (API routes only), the body-size limit (read before any parsing) and
+its content type, and the caller's API key and rate limit (`Caller`).
 
 They keep their state in `STATE`, set once per ingress replica (one per process) by
 `prepare_state`. Not on the FastAPI app's `state`: Serve serves a copy of the app that it made
@@ -18,6 +18,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import State
 
+from agent_memory.errors import UnavailableError
 from agent_memory.settings import Settings
 from serve_app import metrics
 from serve_app.auth import ANONYMOUS, KeyRing, Principal
@@ -28,8 +29,11 @@ from serve_app.limits import RateLimiter, follow_replicas, retry_after
 log = logging.getLogger("ray.serve")
 
 STATE = State()
+STATE.starting = None  # the ingress replica's start (IngressDeployment), once it has begun
 # The methods whose body a route reads.
 BODY_METHODS = ("POST", "PATCH", "PUT")
+# A request to the API that comes while its replica starts waits this long for it, then answers 503.
+START_WAIT_S = 120.0
 
 
 def prepare_state(settings: Settings) -> asyncio.Task[None] | None:
@@ -73,6 +77,19 @@ def not_json(content_type: bytes) -> NotJSONError:
     return NotJSONError(f"the body was sent as {sent}: send JSON, with the header `content-type: application/json`")
 
 
+async def wait_for_start(starting: asyncio.Task[None] | None) -> None:
+    """Wait for the replica's start (up to START_WAIT_S); UnavailableError if it is not done by
+    then or failed. Health checks do not wait: they answer 503 with the reason at once."""
+    if starting is None:
+        return
+    if not starting.done():
+        await asyncio.wait({starting}, timeout=START_WAIT_S)
+    if not starting.done():
+        raise UnavailableError(f"this server is still starting after {START_WAIT_S:.0f} s: retry")
+    if starting.cancelled() or starting.exception() is not None:
+        raise UnavailableError("this server's replica could not start: retry (another replica takes over)")
+
+
 class RequestContext:
     """Request ids, the body-size limit (before any parsing), and one JSON log line per request.
 
@@ -107,6 +124,8 @@ class RequestContext:
         state = STATE
         try:
             try:
+                if scope["path"].startswith("/v1/"):
+                    await wait_for_start(state.starting)
                 await self._limited(scope, receive, send_status, state.settings.limits.max_body_bytes, headers)
             except Exception as exc:
                 # Errors without a handler of their own (a replica that died, a timeout) would

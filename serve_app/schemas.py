@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_memory_client.models import ErrorBody
+from agent_memory_http.models import ErrorBody
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.models import (
@@ -17,6 +17,7 @@ from agent_memory.models import (
     MemoryFields,
     MemoryPatch,
     Message,
+    NewMemory,
     SearchQuery,
     Text,
 )
@@ -38,6 +39,10 @@ class MemoryIn(MemoryFields):
             ]
         },
     )
+
+    def as_new_memory(self) -> NewMemory:
+        """The memory as the core writes it, without checking it again: it was validated as it came in."""
+        return NewMemory.model_construct(_fields_set=self.model_fields_set, **dict(self))
 
 
 class MemoryBatchIn(_Body):
@@ -156,11 +161,6 @@ def errors(*statuses: int, body: bool = False, stream: bool = False) -> dict[int
         json_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         return {status: {"description": ERROR_STATUSES[status], "content": json_body} for status in wanted}
     return {status: {"model": ErrorBody, "description": ERROR_STATUSES[status]} for status in wanted}
-
-
-def dump(model: BaseModel) -> dict[str, Any]:
-    """A request body as the plain dict the core validates (unset fields left out)."""
-    return model.model_dump(exclude_unset=True)
 
 
 def iso(value: datetime | None) -> str | None:

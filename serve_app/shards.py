@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agent_memory.models import NewMemory
 
 if TYPE_CHECKING:
     from ray.serve.handle import DeploymentHandle
@@ -58,14 +60,14 @@ class WriterShards:
         """A shard for what is not a user's (org-wide checks such as the quota's room)."""
         return self.handles[0]
 
-    async def add(self, org_id: str, items: list[dict[str, Any]], idempotency_key: str | None,
+    async def add(self, org_id: str, items: list[NewMemory], idempotency_key: str | None,
                   actor: str) -> dict[str, list[str]]:
         """Write `items` (of one or more users), each part on its users' shard; the ids in request
         order once every part has committed. A part that fails fails the request: its retry under
         the same key rewrites nothing that did commit."""
         parts: dict[int, list[int]] = {}
         for position, item in enumerate(items):
-            parts.setdefault(shard_of(org_id, str(item.get("user_id")), len(self.handles)), []).append(position)
+            parts.setdefault(shard_of(org_id, item.user_id, len(self.handles)), []).append(position)
         if len(parts) == 1:
             (shard,) = parts
             return await self.handles[shard].add.remote(org_id, items, idempotency_key, actor)

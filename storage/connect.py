@@ -50,8 +50,3 @@ def open_service(
 def maintenance_of(store: LanceStore) -> StoreMaintenance:
     """The maintenance interface of an open store: for jobs, the Writer, notebooks and tests."""
     return StoreMaintenance(store.connection, store.access)
-
-
-def open_maintenance(settings: Settings) -> StoreMaintenance:
-    """The maintenance interface of the settings' store (no model: vectors are not written)."""
-    return maintenance_of(open_store(settings, embedding_model=None, embedding_dim=None))

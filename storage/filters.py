@@ -96,6 +96,16 @@ class Where:
             self._parts.append(f"{self._col(name)} IN ({', '.join(literal(v) for v in values)})")
         return self
 
+    def null_or_in(self, name: str, values: Iterable[Any]) -> Where:
+        """`name IS NULL OR name IN (...)`: no value, or one of `values` (none: only no value)."""
+        values = list(values)
+        if not values:
+            self._parts.append(f"{self._col(name)} IS NULL")
+        else:
+            self._parts.append(f"({self._col(name)} IS NULL OR {self._col(name)} IN "
+                               f"({', '.join(literal(v) for v in values)}))")
+        return self
+
     def ge(self, name: str, value: Any) -> Where:
         """`name >= value`."""
         self._parts.append(f"{self._col(name)} >= {literal(value)}")

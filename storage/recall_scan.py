@@ -28,10 +28,8 @@ from storage.tables import Tables
 # What fusion needs from each retriever; reading few columns of scattered rows is what keeps
 # a search cheap (each extra column is another random read per row).
 CANDIDATE_COLUMNS = ["id", "created_at", "importance", "oov"]
-DISPLAY_COLUMNS = [
-    "id", "org_id", "team_id", "user_id", "agent_id", "session_id", "content", "memory_type",
-    "created_at", "source_ids", "metadata",
-]
+# What a hit shows, and whose it is (recall counts each user's hits for their access counts).
+DISPLAY_COLUMNS = ["id", "org_id", "user_id", "content", "memory_type", "created_at", "source_ids", "metadata"]
 # A per-user scan reads what fusion needs and what a hit shows: once the user's rows are found,
 # more columns of them cost little next to a second query. Not the org and user: the filter fixes
 # both, and each column read costs about 0.3 ms however few its rows.
@@ -53,7 +51,7 @@ class RecallScan:
         self._version = -1
 
     def recall_where(self, scope: Scope, recall_filter: RecallFilter, *, expiry: bool = True) -> Where:
-        """The recall prefilter: the scope, the status, and the filter's types, times and metadata."""
+        """The recall prefilter: the scope, the status, and the filter's types, times, metadata and teams."""
         where = scoped(scope).eq("status", recall_filter.status)
         if recall_filter.memory_types:
             where.isin("memory_type", recall_filter.memory_types)
@@ -65,6 +63,8 @@ class RecallScan:
             where.null_or_gt("expires_at", recall_filter.now)
         if recall_filter.metadata:
             where.has_all("metadata_kv", [metadata_term(k, v) for k, v in sorted(recall_filter.metadata.items())])
+        if recall_filter.visible_teams is not None:
+            where.null_or_in("team_id", sorted(recall_filter.visible_teams))
         return where
 
     def snapshot(self) -> Any:

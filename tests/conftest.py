@@ -1,4 +1,6 @@
-"""Shared fixtures: the real bundled model (loaded once per session) and a real LanceDB per test."""
+"""Shared fixtures: the real bundled model (loaded once per session), a real LanceDB per test, the
+shared Ray and Serve app. Each test's tier (unit, store, ray, serve, stack) comes from the fixtures
+it uses: tests/tiers.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agent_memory.embedding import Embedder, SentenceTransformerEmbedder  # noqa: E402
+from agent_memory.rows import RowBuilder  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from serve_app.shards import shard_of  # noqa: E402
@@ -21,6 +24,7 @@ from storage import LanceStore  # noqa: E402
 from storage.connect import maintenance_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ("tests.tiers", "pytester")  # pytester: tests/test_tiers.py runs a pytest of its own
 
 
 class Clock:
@@ -52,6 +56,12 @@ def clock() -> Clock:
 
 
 @pytest.fixture
+def rows(settings: Settings, clock: Clock) -> RowBuilder:
+    """Rows as the service builds them (message records, prepared memories), with no store and no model."""
+    return RowBuilder(settings, clock)
+
+
+@pytest.fixture
 def make_service(embedder: Embedder, tmp_path: Path) -> Iterator[Callable[..., MemoryService]]:
     services: list[MemoryService] = []
 
@@ -73,21 +83,6 @@ def service(make_service: Callable[..., MemoryService], clock: Clock) -> MemoryS
     return make_service(clock=clock)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on the shared Ray without Serve first, then those on the shared Serve app, then those
-    that start a stack of their own (they stop the shared Ray and Serve first).
-
-    Serve's replicas and the extraction workers its conversation jobs start hold part of one of
-    the node's two CPUs from then on, and a Ray Data task reserves a whole CPU: a pipeline run
-    beside them would wait forever (docs/import.md)."""
-    def stage(item: pytest.Item) -> int:
-        if item.get_closest_marker("own_stack") is not None:
-            return 2
-        return 1 if "serve_app" in getattr(item, "fixturenames", ()) else 0
-
-    items.sort(key=stage)
-
-
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """One local Ray for the whole test session (2 CPUs, as on every machine here)."""
@@ -96,10 +91,29 @@ def ray_session() -> Iterator[None]:
     from serve_app.config import serve_env
 
     if not ray.is_initialized():
+        before = set(os.environ)
         serve_env()  # the same Serve switches as `agent-memory serve`, inherited by Ray's processes
+        SHARED_STACK_ENV.extend(set(os.environ) - before)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
+
+
+SHARED_STACK_ENV: list[str] = []  # what serve_env put in this process's environment for the shared Ray
+
+
+def stop_shared_stack() -> None:
+    """Stop the shared Serve app and Ray, for a stack of its own, and take back the variables
+    serve_env set for them: a stack started from here inherits the environment, and would take the
+    shared stack's HAProxy ports (chosen free then) instead of choosing its own."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        serve.shutdown()
+        ray.shutdown()
+    while SHARED_STACK_ENV:
+        os.environ.pop(SHARED_STACK_ENV.pop(), None)
 
 
 API_KEYS = {
@@ -123,14 +137,6 @@ def users_on_each_shard(org_id: str, shards: int, tag: str = "") -> list[str]:
     return [found[i] for i in range(shards)]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     """The real Serve application on loopback, once per session, with API keys for two orgs."""
@@ -138,7 +144,8 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
 
     from ray import serve
 
-    from serve_app.app import build
+    from cli.net import free_port
+    from serve_app.app import build, wait_until_serving
     from serve_app.config import load_config
 
     root = tmp_path_factory.mktemp("serve")
@@ -154,7 +161,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
         # Two Writer shards: every HTTP test writes through them (tests/test_writer_shards.py).
         writer_shards=2, _env_file=None,
     )
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     # The shipped Serve config, with the two shards reserving the one Writer's 0.1 CPU between
     # them: extraction workers and consolidation then fit beside them on the two CPUs, as before.
@@ -163,6 +170,7 @@ def serve_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> It
         if deployment["name"] == "Writer":
             deployment["ray_actor_options"] = {**deployment.get("ray_actor_options", {}), "num_cpus": 0.05}
     serve.run(build(settings, config), name="agent-memory", route_prefix="/")
+    wait_until_serving(f"http://127.0.0.1:{port}")  # the ingress replica finishes starting after serve.run
     yield {"url": f"http://127.0.0.1:{port}", "settings": settings}
     import ray
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import openai
 import pytest
-from agent_memory_client import AsyncMemoryClient, MemoryClient
-from agent_memory_client.langchain import AgentMemoryRetriever
+from agent_memory_http import AsyncMemoryClient, MemoryClient
+from agent_memory_http.langchain import AgentMemoryRetriever
 from langchain_core.documents import Document
 
 from examples.agent_loop import answer
@@ -50,7 +50,7 @@ def _system_prompt(request: dict[str, Any]) -> str:
     return next(m["content"] for m in request["body"]["messages"] if m["role"] == "system")
 
 
-def _memories(client: MemoryClient, user: str, *, timeout: float = 60.0) -> list[str]:
+def _memories(client: MemoryClient, user: str, *, timeout: float = 300.0) -> list[str]:
     """The user's memories once the background extraction of a logged turn has stored any."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,9 +176,10 @@ def test_the_retriever_answers_ainvoke_with_or_without_an_async_client(
     assert threaded[0].page_content == "Lives in Lisbon with a cat called Miso" and threaded[0].id == ids["lisbon"]
 
 
+@pytest.mark.unit  # a bare interpreter importing the client
 def test_the_client_imports_without_langchain() -> None:
     code = ("import sys; sys.modules['langchain_core'] = None\n"
-            "import agent_memory_client\n"
-            "try:\n    import agent_memory_client.langchain\nexcept ImportError:\n    print('no langchain')")
+            "import agent_memory_http\n"
+            "try:\n    import agent_memory_http.langchain\nexcept ImportError:\n    print('no langchain')")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "no langchain"

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_memory_client import AsyncMemoryClient, Context, InvalidInputError, MemoryClient
-from agent_memory_client.models import ErrorBody
+from agent_memory_http import AsyncMemoryClient, Context, InvalidInputError, MemoryClient
+from agent_memory_http.models import ErrorBody
 from tokenizers import Tokenizer
 
 SUCCESS = ("200", "201", "202")

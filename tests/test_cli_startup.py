@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # a bare interpreter loading the CLI
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("lancedb", "lance", "ray", "torch", "onnxruntime", "transformers", "sentence_transformers", "openai")
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from agent_memory_client import (
+from agent_memory_http import (
     AgentMemoryError,
     AsyncMemoryClient,
     ConflictError,
@@ -359,11 +361,68 @@ def test_errors_share_one_base() -> None:
 # -- the distribution ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit  # a bare interpreter importing the client
 def test_the_client_needs_neither_torch_nor_ray(tmp_path: Path) -> None:
-    code = ("import sys, agent_memory_client; "
+    code = ("import sys, agent_memory_http; "
             "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
             "{'torch', 'ray', 'lancedb', 'agent_memory', 'numpy'}))")
     out = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     declared = re.search(r"^dependencies = \[(.*)\]$", (ROOT / "clients/python/pyproject.toml").read_text(), re.M)
     assert declared and re.findall(r'"([a-z]+)', declared.group(1)) == ["httpx", "pydantic"]
+
+
+def _quickstart() -> str:
+    """The Python blocks of the client README's Quickstart, in order: one script."""
+    readme = (ROOT / "clients/python/README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))
+
+
+def test_a_fresh_install_of_the_client_alone_runs_its_quickstart(serve_app: dict[str, object], tmp_path: Path) -> None:
+    """clients/python installed by pip into a new virtual environment with no package index (its two
+    dependencies, httpx and pydantic, and the build's setuptools are read from this environment's
+    site-packages), then the README's Quickstart run as written, against the shared server, as the
+    admin of an org of its own."""
+    import sysconfig
+
+    from serve_app.auth import KeysFile
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    source = tmp_path / "clients-python"  # a copy: the build writes beside the sources
+    shutil.copytree(ROOT / "clients/python", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
+    # This environment's pip, installing into the new one (`--python`): the new one has none.
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "--no-deps",
+                                "--no-build-isolation", "--disable-pip-version-check", str(source)],
+                               capture_output=True, text=True, timeout=300, env={**env, "PIP_CONFIG_FILE": os.devnull})
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    where = subprocess.run([python, "-I", "-c", "import importlib.metadata as m, agent_memory_http as c; "
+                            "print(m.version('agent-memory-http'), c.__file__)"],
+                           capture_output=True, text=True, check=True, env=env, cwd=tmp_path).stdout.split()
+    assert where[0] == "0.1.0" and where[1].startswith(site)
+
+    keys = KeysFile(serve_app["settings"].auth.api_keys_file)  # type: ignore[attr-defined]
+    issued = keys.issue(org_id=f"quickstart-{uuid.uuid4().hex[:8]}", role="admin")
+    try:
+        script = tmp_path / "quickstart.py"
+        script.write_text(_quickstart(), encoding="utf-8")
+        run_env = {**env, "AGENT_MEMORY_URL": str(serve_app["url"]), "AGENT_MEMORY_API_KEY": issued.secret}
+        deadline = time.monotonic() + 60  # the server takes a new key within a second or two
+        while True:
+            ran = subprocess.run([python, "-I", str(script)], capture_output=True, text=True, timeout=300,
+                                 env=run_env, cwd=tmp_path)
+            if ran.returncode == 0 or "unauthorized" not in ran.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        printed = ran.stdout.splitlines()
+        assert "succeeded" in printed and "退款需要两级审批" in printed
+        assert "The user prefers Python for backend work" in ran.stdout
+    finally:
+        keys.revoke(issued.entry["name"])

@@ -30,6 +30,7 @@ from storage import LanceStore, open_store
 from storage.connect import maintenance_of
 
 ORG = "acme"
+JOB_S = 300  # a job's bound: extraction workers load the model first, and a failed one is retried
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def _release_extraction_actors() -> None:
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["namespace"] == NAMESPACE:
             ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0) and time.monotonic() < deadline:
         time.sleep(0.2)
 
@@ -84,9 +85,9 @@ def test_jobs_of_one_user_run_in_order_and_a_full_queue_refuses(env: tuple[Setti
         submit_conversation(settings, ORG, "u1", "s3", third)
     assert info.value.code == "queue_full"
     assert submit_conversation(settings, ORG, "u1", "s1", first) == a  # the same messages name the same job
-    done = [wait_for_job(settings, ORG, job_id) for job_id in (a, b)]
+    done = [wait_for_job(settings, ORG, job_id, timeout_s=JOB_S) for job_id in (a, b)]
     c = submit_conversation(settings, ORG, "u1", "s3", third)
-    done.append(wait_for_job(settings, ORG, c))
+    done.append(wait_for_job(settings, ORG, c, timeout_s=JOB_S))
     assert [j["state"] for j in done] == ["succeeded"] * 3
     spans = [(datetime.fromisoformat(j["report"]["started_at"]), datetime.fromisoformat(j["report"]["finished_at"])) for j in done]
     assert spans[0][1] <= spans[1][0]  # one user's jobs never overlap
@@ -102,14 +103,14 @@ def test_failed_job_is_retried_then_fails_and_can_be_retried_by_hand(env: tuple[
     records = _conversation(service, "u2", "s1", "我最喜欢喝乌龙茶")
     llm.script(Reply("down", status=500), Reply("still down", status=500))
     job_id = submit_conversation(settings, ORG, "u2", "s1", records, "llm")
-    job = wait_for_job(settings, ORG, job_id)
+    job = wait_for_job(settings, ORG, job_id, timeout_s=JOB_S)
     assert job["state"] == "failed" and "llm_unavailable" in job["error"] and job["report"]["attempts"] == 2
     assert maintenance_of(service.store).table("messages").count_rows("user_id = 'u2'") == 1
     with pytest.raises(ConflictError):
         retry_job(settings, ORG, _succeeded_job(settings))
     llm.script(memories_reply({"content": "用户最喜欢喝乌龙茶", "memory_type": "semantic", "importance": 0.6, "confidence": 0.9}))
     retry_job(settings, ORG, job_id)
-    job = wait_for_job(settings, ORG, job_id)
+    job = wait_for_job(settings, ORG, job_id, timeout_s=JOB_S)
     assert job["state"] == "succeeded" and job["error"] is None
     assert [m.content for m in service.list(Scope.user(ORG, "u2")).records] == ["用户最喜欢喝乌龙茶"]
 
@@ -133,7 +134,7 @@ def test_jobs_left_by_a_dead_scheduler_are_resumed(env: tuple[Settings, MemorySe
     service.store.put_job(OrgScope(ORG), job.as_row())
     ray.kill(ray.get_actor(scheduler_name(settings), namespace="agent-memory"), no_restart=True)
     assert job_id in resume_pending_jobs(settings)
-    job = wait_for_job(settings, ORG, job_id)
+    job = wait_for_job(settings, ORG, job_id, timeout_s=JOB_S)
     assert job["state"] == "succeeded" and len(job["report"]["created"]) == 1
     assert ray.get(scheduler(settings).size.remote()) == 0
     assert [m.content for m in service.list(Scope.user(ORG, "u3")).records] == ["I live in Denver."]

@@ -17,8 +17,11 @@ from agent_memory.decision.features import SIGNALS, contexts, signals
 from agent_memory.decision.model import Head
 from agent_memory.embedding import Embedder
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import MessageRecord
-from agent_memory.rules import Candidate, RulesExtractor
+from agent_memory.extraction import build_extractor, extract_and_store
+from agent_memory.models import MessageRecord, Scope
+from agent_memory.rules import ProposedMemory, RulesExtractor
+from agent_memory.service import MemoryService
+from agent_memory.settings import Settings
 from tests.conftest import ROOT
 
 
@@ -29,8 +32,8 @@ def _messages(*turns: tuple[str, str]) -> list[MessageRecord]:
             for i, (role, content) in enumerate(turns)]
 
 
-def _candidate(content: str, message: MessageRecord, rule: str = "clause") -> Candidate:
-    return Candidate(content=content, memory_type="semantic", importance=0.5, confidence=0.65,
+def _candidate(content: str, message: MessageRecord, rule: str = "clause") -> ProposedMemory:
+    return ProposedMemory(content=content, memory_type="semantic", importance=0.5, confidence=0.65,
                      source_ids=[message.message_id], message=message, extractor="rules", rule=rule)
 
 
@@ -61,6 +64,7 @@ def test_a_model_round_trips_through_json_and_picks_its_head(tmp_path: Path) -> 
         DecisionModel.load(tmp_path / "other.json")
 
 
+@pytest.mark.unit  # a light subprocess: numpy and the package, no model
 def test_the_decision_runs_without_training_libraries() -> None:
     code = ("import sys; from agent_memory.decision import DecisionModel; DecisionModel.load(); "
             "assert not any(m.split('.')[0] in ('sklearn', 'scipy') for m in sys.modules), 'training library loaded'")
@@ -103,3 +107,48 @@ def test_the_bundled_decision_keeps_facts_and_drops_chit_chat(embedder: Embedder
     kept = [c for c in found if c.confidence >= extractor.model.threshold]
     assert any("two dogs" in c.content for c in kept) and any("nurse" in c.content for c in kept)
     assert not any("weather" in c.content or "what it is" in c.content for c in kept)
+
+
+def _converse(service: MemoryService, user: str, turns: list[tuple[str, str]]) -> list[str]:
+    """One conversation through offline extraction; the user's active memories after it."""
+    messages = [{"role": role, "content": text, "message_id": f"{user}:m{i}"} for i, (role, text) in enumerate(turns)]
+    records = service.message_records("acme", user, "s1", messages)
+    service.log_messages("acme", records)
+    extract_and_store(service, "acme", records, "rules", actor="test")
+    return [r.content for r in service.list(Scope.user("acme", user), limit=100).records]
+
+
+def test_offline_extraction_stores_what_the_decision_keeps(service: MemoryService) -> None:
+    """The model's probability is each candidate's confidence: a durable fact reaches
+    `extraction_min_confidence` and is stored; what states nothing of the user is not."""
+    assert isinstance(build_extractor(service.settings, "rules", service.embedder), DecidedExtractor)
+    stored = _converse(service, "u1", [
+        ("assistant", "Hi! What should I know about you?"),
+        ("user", "I work as a nurse on night shifts and I'm allergic to peanuts."),
+        ("assistant", "Thanks, noted. Anything else?"),
+        ("user", "Lovely, thanks for telling me!"),
+        ("assistant", "Shall I set the reminder for 9?"),
+        ("user", "ok that works, bye!"),
+    ])
+    assert any("nurse" in m for m in stored) and any("peanuts" in m for m in stored)
+    assert not any("Lovely" in m or "bye" in m for m in stored)
+    # Each stored memory's confidence is the model's probability, at or above the setting.
+    records = service.list(Scope.user("acme", "u1"), limit=100).records
+    assert all(r.confidence >= service.settings.extraction.min_confidence for r in records)
+
+
+def test_a_candidate_under_the_bar_is_not_stored(service: MemoryService) -> None:
+    """Someone else's fact is proposed by the grammar and scored under the bar: counted, not stored."""
+    messages = [{"role": "user", "content": "My coworker thinks pineapple on pizza is a crime.", "message_id": "u2:m0"}]
+    records = service.message_records("acme", "u2", "s1", messages)
+    service.log_messages("acme", records)
+    found = DecidedExtractor.bundled(service.embedder).extract(records)
+    result = extract_and_store(service, "acme", records, "rules", actor="test")
+    assert len(result.created) == sum(c.confidence >= 0.6 for c in found)
+    assert result.below_confidence == sum(c.confidence < 0.6 for c in found)
+
+
+def test_the_rules_own_confidences_are_a_setting_away(tmp_path: Path) -> None:
+    settings = Settings(storage_uri=str(tmp_path), _env_file=None, extraction_decision="rules")  # type: ignore[call-arg]
+    extractor = build_extractor(settings, "rules")
+    assert type(extractor) is RulesExtractor

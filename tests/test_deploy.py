@@ -488,13 +488,16 @@ def check_argv(argv: list[str]) -> str:
     """Parse argv with its program's own parser; what checked it (or why nothing could)."""
     program = os.path.basename(argv[0])
     if program == "agent-memory":
-        from cli.main import build_parser
+        import click
 
+        from cli.main import cli
+
+        command = cli.commands.get(argv[1])
+        assert command is not None, f"no `agent-memory {argv[1]}`"
         try:
-            args = build_parser().parse_args(argv[1:])
-        except SystemExit:
-            pytest.fail(f"agent-memory's parser refuses {shlex.join(argv)}")
-        assert args.command == argv[1]
+            command.make_context(f"agent-memory {argv[1]}", list(argv[2:]))
+        except click.ClickException as exc:
+            pytest.fail(f"agent-memory's parser refuses {shlex.join(argv)}: {exc.format_message()}")
         return "agent-memory's parser"
     if program == "ray":
         import click

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -47,6 +48,7 @@ def test_onnx_runtime_gives_the_vectors_of_torch(embedder: SentenceTransformerEm
         SentenceTransformerEmbedder(backend="tensorflow")
 
 
+@pytest.mark.store  # loads the bundled model
 def test_a_stale_or_broken_cached_graph_is_exported_again(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = SentenceTransformerEmbedder()
@@ -113,6 +115,13 @@ def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransfor
         SentenceTransformerEmbedder(backend="torch", precision="int8")
 
 
+def _wait_until(condition: Callable[[], object], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def openai_server():
     server = EmbeddingsServer()
@@ -132,6 +141,7 @@ def test_openai_compatible_backend(openai_server: EmbeddingsServer) -> None:
         embedder.embed_batch(["anything"])
 
 
+@pytest.mark.store
 def test_recall_degrades_to_keywords_when_the_embedder_is_down(openai_server: EmbeddingsServer, tmp_path) -> None:
     settings = Settings(storage_uri=str(tmp_path / "db"), embedding_model="openai:test-embed",  # type: ignore[call-arg]
                         embedding_base_url=openai_server.url, _env_file=None)
@@ -156,17 +166,19 @@ def test_concurrent_queries_share_forward_passes(openai_server: EmbeddingsServer
     settings = Settings(embedding_model="openai:test-embed", embedding_base_url=openai_server.url,  # type: ignore[call-arg]
                         _env_file=None)
     inner = build_embedder(settings)
-    batcher = BatchingEmbedder(inner, max_batch=4, timeout_s=10)
-    openai_server.delay_s, openai_server.batches = 0.3, []
+    batcher = BatchingEmbedder(inner, max_batch=4, timeout_s=120)
+    openai_server.batches = []
+    openai_server.answering.clear()  # the first pass is held until the others have queued behind it
     queries = [f"question number {i}" for i in range(9)]
     with ThreadPoolExecutor(max_workers=9) as pool:
         first = pool.submit(batcher.embed_query, queries[0])
-        while not openai_server.batches:  # the first query is in its pass; the others queue behind it
-            time.sleep(0.01)
-        rest = list(pool.map(batcher.embed_query, queries[1:]))
+        _wait_until(lambda: openai_server.batches == [1])  # the first query is in its pass
+        waiting = pool.map(batcher.embed_query, queries[1:])
+        _wait_until(lambda: len(batcher._pending) == 8)  # the queue the batching thread takes passes from
+        openai_server.answering.set()
+        rest = list(waiting)
     # A lone query went at once, with no waiting window; the eight that queued went as two passes.
     assert openai_server.batches == [1, 4, 4] and batcher.batch_sizes == [1, 4, 4]
-    openai_server.delay_s = 0.0
     assert np.allclose(np.stack([first.result(), *rest]), inner.embed_batch(queries), atol=1e-6)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from agent_memory.erasure import resume_erasures, scrub_rejects
+from agent_memory.erasure import scrub_rejects
 from agent_memory.extraction import extract_and_store
 from agent_memory.job_record import ERASURE, JobRecord
 from agent_memory.models import OrgScope, Scope
@@ -145,7 +145,7 @@ def test_an_erasure_cut_short_or_failed_is_finished_at_the_next_start(make_servi
     failed = JobRecord.from_row(service.store.get_job(OrgScope(ORG), started["job_id"]))
     service.store.put_job(OrgScope(ORG), replace(failed, state="failed", error="OSError: disk gone").as_row())
 
-    outcome = resume_erasures(service, service.settings)
+    outcome = service.erasures.resume()
 
     assert sorted(job for _, job in outcome["finished"]) == sorted(["erase-cut", started["job_id"]])
     assert outcome["failed"] == []
@@ -154,7 +154,7 @@ def test_an_erasure_cut_short_or_failed_is_finished_at_the_next_start(make_servi
         assert job["state"] == "succeeded" and job["error"] is None and job["report"]["rows_deleted"]["memories"] == 3
     assert [c for c in _physical_cells(Path(service.settings.storage.uri)) if CANARY in c and "bystander" not in c] == []
     assert len(service.list(Scope.user(ORG, "bystander")).records) == 3
-    assert resume_erasures(service, service.settings) == {"finished": [], "failed": []}
+    assert service.erasures.resume() == {"finished": [], "failed": []}
 
 
 def test_rejects_of_other_users_and_orgs_are_kept(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def test_the_round_trip_over_http_and_the_command_line(serve_app: dict[str, obje
     import uuid
     from pathlib import Path
 
-    from agent_memory_client import MemoryClient, PermissionDeniedError
+    from agent_memory_http import MemoryClient, PermissionDeniedError
 
     user = f"export-{uuid.uuid4().hex[:8]}"
     url = str(serve_app["url"])
@@ -118,7 +118,7 @@ def test_the_round_trip_over_http_and_the_command_line(serve_app: dict[str, obje
         admin.update(user, first_id, importance=0.9)
         job = admin.log_conversation(user, "s1", [{"role": "user", "content": "I do all my coding in Zed."},
                                                   {"role": "assistant", "content": "Zed it is."}], mode="raw")
-        assert admin.wait_for_job(job.job_id, timeout=120).state == "succeeded"
+        assert admin.wait_for_job(job.job_id, timeout=300).state == "succeeded"
         exported = admin.export_user(user)
         assert exported[0] == {"kind": "export", "version": 1, "user_id": user}
         assert exported[-1] == {"kind": "end", "memories": 4, "messages": 2,
@@ -128,7 +128,7 @@ def test_the_round_trip_over_http_and_the_command_line(serve_app: dict[str, obje
             writer.export_user(user)
 
         erasure = admin.erase_user(user)
-        assert admin.wait_for_job(erasure.job_id, timeout=180).state == "succeeded"
+        assert admin.wait_for_job(erasure.job_id, timeout=300).state == "succeeded"
         assert len(admin.export_user(user)) == 2
         path = tmp_path / "export.jsonl"
         path.write_text("".join(dumps(line) + "\n" for line in exported), encoding="utf-8")

@@ -9,6 +9,7 @@ import pytest
 from agent_memory.errors import InvalidInputError
 from agent_memory.extraction import extract_and_store
 from agent_memory.models import Scope
+from agent_memory.rows import RowBuilder
 from agent_memory.rules import RulesExtractor
 from agent_memory.service import MemoryService
 from storage.connect import maintenance_of
@@ -17,12 +18,13 @@ from tests.conftest import Clock
 U = Scope.user("acme", "u1")
 
 
+def _messages(turns: list[tuple[str, str]], prefix: str) -> list[dict[str, str]]:
+    return [{"role": role, "content": text, "message_id": f"{prefix}:m{i}"} for i, (role, text) in enumerate(turns, 1)]
+
+
 def _log(service: MemoryService, turns: list[tuple[str, str]], *, session: str = "s1", user: str = "u1",
          prefix: str | None = None) -> list[Any]:
-    messages = [
-        {"role": role, "content": text, "message_id": f"{prefix or session}:m{i}"} for i, (role, text) in enumerate(turns, 1)
-    ]
-    records = service.message_records("acme", user, session, messages)
+    records = service.message_records("acme", user, session, _messages(turns, prefix or session))
     service.log_messages("acme", records)
     return records
 
@@ -31,8 +33,8 @@ def _active(service: MemoryService, user: str = "u1") -> list[str]:
     return [r.content for r in service.list(Scope.user("acme", user), limit=100).records]
 
 
-def test_rules_find_facts_in_both_languages_and_skip_chit_chat(service: MemoryService) -> None:
-    records = _log(service, [
+def test_rules_find_facts_in_both_languages_and_skip_chit_chat(rows: RowBuilder) -> None:
+    records = rows.message_records("acme", "u1", "s1", _messages([
         ("user", "Hi! I prefer tea over coffee."),
         ("assistant", "Noted! What else?"),
         ("user", "Never schedule meetings on Fridays."),
@@ -42,7 +44,7 @@ def test_rules_find_facts_in_both_languages_and_skip_chit_chat(service: MemorySe
         ("user", "Thanks, super helpful."),
         ("user", "I'm flying to Lisbon on May 3 for a week."),
         ("user", "Can you tell me a joke?"),
-    ])
+    ], "s1"))
     found = {c.content: c for c in RulesExtractor().extract(records)}
     assert set(found) == {
         "I prefer tea over coffee.", "Never schedule meetings on Fridays.", "以后回答我的时候请用要点列表。",

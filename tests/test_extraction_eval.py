@@ -43,6 +43,7 @@ def test_bad_cases_file_is_a_typed_error(tmp_path: Path) -> None:
         load_extraction_cases(bad)
 
 
+@pytest.mark.store
 def test_cli_eval_extraction_prints_precision_and_recall(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     small = tmp_path / "cases.jsonl"
     lines = CASES.read_text(encoding="utf-8").splitlines()

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_memory.models import OrgScope, Scope
 from agent_memory.service import MemoryService
 from cli.main import main
@@ -59,6 +61,7 @@ def test_cli_jobs_show_and_retry(service: MemoryService, tmp_path: Path, capsys:
     assert main(["jobs", "show", "nope", "--org-id", "acme", "--storage-uri", uri]) == 1
 
 
+@pytest.mark.store
 def test_cli_eval_with_int8_questions(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     # Stored exactly, asked through the int8 query model: the same questions find about as much.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -57,3 +57,8 @@ def test_column_names_are_checked_and_empty_filters_refused() -> None:
     with pytest.raises(ValueError):
         Where().render()
     assert Where().isin("id", []).render() == "(FALSE)"
+
+
+def test_a_value_or_none_of_a_set() -> None:
+    assert Where().null_or_in("team_id", ["t'1", "t2"]).render() == "((team_id IS NULL OR team_id IN ('t''1', 't2')))"
+    assert Where().null_or_in("team_id", []).render() == "(team_id IS NULL)"

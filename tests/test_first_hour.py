@@ -33,8 +33,9 @@ import httpx
 import psutil
 import pytest
 
-from cli.main import _kill_session
-from tests.conftest import ROOT, _free_port
+from cli.net import free_port
+from cli.processes import kill_session
+from tests.conftest import ROOT, stop_shared_stack
 
 SAMPLE = ROOT / "examples" / "sample_history.jsonl"
 # A line of the libraries' own chatter: Python warnings, Lance's and Ray's notices, the model's bar.
@@ -102,6 +103,7 @@ def test_make_run_passes_port_on() -> None:
     assert "--port" not in plain.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.stack  # `agent-memory serve` of its own (refused: the port is taken)
 def test_the_port_comes_from_the_variable_unless_a_flag_names_one(tmp_path: Path) -> None:
     """Checked where the server would listen: on a port in use it stops before anything starts,
     naming the port it chose and how to choose another."""
@@ -111,7 +113,7 @@ def test_the_port_comes_from_the_variable_unless_a_flag_names_one(tmp_path: Path
         port = busy.getsockname()[1]
         env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"), AGENT_MEMORY_PORT=str(port))
         from_variable = _cli("serve", env=env, timeout=120)
-        from_flag = _cli("serve", "--port", str(port), env={**env, "AGENT_MEMORY_PORT": str(_free_port())},
+        from_flag = _cli("serve", "--port", str(port), env={**env, "AGENT_MEMORY_PORT": str(free_port())},
                          timeout=120)
     for refused in (from_variable, from_flag):
         assert refused.returncode == 2, refused.stderr
@@ -123,12 +125,7 @@ def test_the_port_comes_from_the_variable_unless_a_flag_names_one(tmp_path: Path
 @pytest.fixture
 def own_stack() -> Iterator[list[subprocess.Popen[bytes]]]:
     """No shared Ray or Serve while a stack of its own runs; whatever a failed test leaves is ended."""
-    import ray
-    from ray import serve
-
-    if ray.is_initialized():
-        serve.shutdown()
-        ray.shutdown()
+    stop_shared_stack()
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for proc in started:  # the supervisor's session, and the server's (its child, a session of its own)
@@ -137,7 +134,7 @@ def own_stack() -> Iterator[list[subprocess.Popen[bytes]]]:
         except psutil.NoSuchProcess:
             sessions = {proc.pid}
         for sid in sessions:
-            _kill_session(sid)
+            kill_session(sid)
 
 
 def _ready(url: str) -> bool:
@@ -147,18 +144,18 @@ def _ready(url: str) -> bool:
         return False
 
 
-@pytest.mark.own_stack
+@pytest.mark.stack
 def test_a_server_started_with_the_variable_listens_on_its_port(
     own_stack: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"), AGENT_MEMORY_PORT=str(port))
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve"], cwd=ROOT, env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     own_stack.append(proc)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 300
     # Ready, and said so (the line comes once `serve.run` returns, which may be after the first answer).
     while not (f"agent-memory is serving at {url}" in log.read_text() and _ready(url)):
         assert proc.poll() is None, log.read_text()[-3000:]
@@ -178,6 +175,7 @@ def test_a_server_started_with_the_variable_listens_on_its_port(
 # -- quiet output and progress ---------------------------------------------------------------------
 
 
+@pytest.mark.store
 def test_import_prints_no_warning_and_verbose_brings_the_libraries_back(tmp_path: Path) -> None:
     env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"))
     imported = _cli("import", str(SAMPLE), "--report", str(tmp_path / "report.json"), env=env)
@@ -192,6 +190,7 @@ def test_import_prints_no_warning_and_verbose_brings_the_libraries_back(tmp_path
     assert "Loading weights" in loud.stderr
 
 
+@pytest.mark.store
 def test_import_and_consolidation_show_rate_and_time_left_at_a_terminal(tmp_path: Path) -> None:
     history = tmp_path / "history.jsonl"
     history.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:300]), encoding="utf-8")
@@ -253,12 +252,13 @@ def test_a_body_not_sent_as_json_is_415_and_says_so(api) -> None:  # type: ignor
 
 
 def _wait_job(client: httpx.Client, job_id: str) -> dict:
-    for _ in range(1200):
+    deadline = time.monotonic() + 300
+    while True:
         job = client.get(f"/v1/jobs/{job_id}").json()
         if job["state"] in ("succeeded", "failed"):
             return job
+        assert time.monotonic() < deadline, f"job {job_id} did not finish: {job}"
         time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish: {job}")
 
 
 def _actors(client: httpx.Client, user: str, memory_id: str) -> list[tuple[str, str]]:

@@ -135,6 +135,7 @@ GOOD = {"conv-branch", "conv-undated", "conv-too-long", "conv-after"}
 BAD = {2: "conv-bad-mapping", 3: "conv-bad-current", 4: "conv-no-role"}
 
 
+@pytest.mark.store
 def test_chatgpt_export_imports_the_current_branch_whole_conversations_only(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _chatgpt_export(tmp_path / "conversations.json")
@@ -175,6 +176,7 @@ def test_chatgpt_export_imports_the_current_branch_whole_conversations_only(tmp_
     assert [len(v) for v in _tables(settings).values()] == [12, 12, 12]
 
 
+@pytest.mark.store
 def test_claude_export_reads_both_text_shapes_and_its_times(tmp_path: Path) -> None:
     path = tmp_path / "conversations.json"
     path.write_text(json.dumps([
@@ -211,6 +213,7 @@ def test_claude_export_reads_both_text_shapes_and_its_times(tmp_path: Path) -> N
     assert not [m for m in _tables(settings)["messages"] if m["session_id"] == "cl-bad"]
 
 
+@pytest.mark.store
 def test_formats_are_detected_from_what_a_json_file_holds(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     chatgpt = _chatgpt_export(tmp_path / "conversations.json")
@@ -285,6 +288,7 @@ def _orgs(settings: Settings) -> dict[str, str]:
     return orgs
 
 
+@pytest.mark.store
 def test_org_id_fills_rows_without_one_and_force_org_overrides_every_row(tmp_path: Path) -> None:
     path = _orgs_file(tmp_path / "orgs.jsonl")
     for name, flags, expected in (("fill", [], {"m1": "acme", "m2": "globex"}),
@@ -325,7 +329,7 @@ def test_exports_and_force_org_on_the_ray_engine(tmp_path: Path, ray_session: No
 
 
 def _wait_job(client: Any, job_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         job = client.get(f"/v1/jobs/{job_id}").json()
         if job["state"] in ("succeeded", "failed"):

@@ -59,6 +59,7 @@ def _ids(settings: Settings) -> dict[str, set[str]]:
     return {name: {r["id"] for r in rows} for name, rows in _tables(settings).items()}
 
 
+@pytest.mark.store  # the import opens a real LanceDB and loads the model, in this process
 def test_jsonl_import_keeps_timestamps_and_links_memories_to_messages(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     result = run_import(settings, _options(tmp_path, _sample(tmp_path / "h.jsonl", 40), engine="local"))
@@ -78,6 +79,7 @@ def test_jsonl_import_keeps_timestamps_and_links_memories_to_messages(tmp_path: 
     assert report["memories_written"] == 40 and report["rows_per_s"] > 0
 
 
+@pytest.mark.store
 def test_csv_parquet_and_paired_layouts(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in SAMPLE.read_text().splitlines()[:12]]
     columns = ["user_id", "session_id", "role", "content", "created_at", "message_id", "org_id"]
@@ -132,6 +134,7 @@ def _bad_file(path: Path) -> Path:
     return path
 
 
+@pytest.mark.store
 def test_bad_rows_go_to_the_rejects_file_with_exact_counts(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _bad_file(tmp_path / "bad.jsonl")
@@ -150,6 +153,7 @@ def test_bad_rows_go_to_the_rejects_file_with_exact_counts(tmp_path: Path) -> No
     assert len(Path(result.rejects_path or "").read_bytes()) < 100_000  # the 10 MB line is not copied
 
 
+@pytest.mark.store
 def test_timestamps_outside_the_years_1_to_9999_are_rejects(tmp_path: Path) -> None:
     """In Parquet a timestamp may lie past what Python holds; in text, a UTC offset may carry one
     outside. Either is a `bad_timestamp` reject of its row alone."""
@@ -170,6 +174,7 @@ def test_timestamps_outside_the_years_1_to_9999_are_rejects(tmp_path: Path) -> N
         assert result.rejects_by_reason == {"bad_timestamp": read - stored}
 
 
+@pytest.mark.store
 def test_rerun_adds_nothing(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _sample(tmp_path / "h.jsonl", 30)
@@ -183,6 +188,7 @@ def test_rerun_adds_nothing(tmp_path: Path) -> None:
     assert [len(v) for v in after.values()] == [30, 30, 30]
 
 
+@pytest.mark.store
 def test_planted_pii_reaches_neither_tables_nor_rejects(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = tmp_path / "pii.jsonl"
@@ -204,6 +210,7 @@ def test_planted_pii_reaches_neither_tables_nor_rejects(tmp_path: Path) -> None:
     assert "[EMAIL]" in dumped and "[BANK_CARD]" in dumped
 
 
+@pytest.mark.store
 def test_an_org_bound_import_rejects_rows_of_other_orgs(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = tmp_path / "orgs.jsonl"
@@ -214,6 +221,7 @@ def test_an_org_bound_import_rejects_rows_of_other_orgs(tmp_path: Path) -> None:
     assert {r["org_id"] for r in _tables(settings)["messages"]} == {"acme"}
 
 
+@pytest.mark.store
 def test_dry_run_shows_every_stage_and_writes_nothing(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     path = _bad_file(tmp_path / "bad.jsonl")
@@ -263,6 +271,7 @@ def test_ray_pipeline_matches_the_in_process_import(tmp_path: Path, ray_session:
     assert _ids(on_ray) == _ids(local)
 
 
+@pytest.mark.store
 def test_embedding_actors_batch_small_on_cpu_and_as_configured_on_gpu(tmp_path: Path) -> None:
     assert actor_model_batch(_settings(tmp_path, "ray")) == 16
     assert actor_model_batch(_settings(tmp_path, "ray", import_embed_num_gpus=1, embedding_batch_size=256)) == 256
@@ -295,7 +304,7 @@ def test_killed_import_rerun_ends_exact(tmp_path: Path, ray_session: None) -> No
          "--report", str(tmp_path / "killed.report.json")],
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     at_kill = 0
     while time.monotonic() < deadline and proc.poll() is None:
         at_kill = _count(settings, "memories")
@@ -321,7 +330,7 @@ def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_se
     path = _sample(tmp_path / "h.jsonl", 50)
     job_id = submit_import(settings, path=str(path), org_id="acme", store=store)
     assert store.get_job(OrgScope("acme"), job_id)["state"] in ("queued", "running")
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     job: dict[str, Any] = {}
     while time.monotonic() < deadline:
         job = store.get_job(OrgScope("acme"), job_id) or {}
@@ -334,7 +343,7 @@ def test_submitted_import_job_reports_progress_and_result(tmp_path: Path, ray_se
     assert store.get_job(OrgScope("other-org"), job_id) is None
 
 
-@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("engine", [pytest.param("local", marks=pytest.mark.store), pytest.param("ray", marks=pytest.mark.ray)])
 def test_rules_mode_import_reports_the_memories_it_stored(tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
     if engine == "ray":
         request.getfixturevalue("ray_session")

@@ -6,9 +6,11 @@ import itertools
 
 import pytest
 
+from agent_memory.embedding import Embedder
 from agent_memory.errors import NotFoundError
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
+from storage import LanceStore
 
 NASTY_IDS = [
     "alice",
@@ -43,7 +45,6 @@ def test_recall_only_sees_own_memories(service: MemoryService, populated: dict[t
     for org, user in populated:
         hits = service.recall(org, {"user_id": user, "query": "secret project codename falcon", "top_k": 50}).memories
         assert [h.id for h in hits] == [populated[(org, user)]]
-        assert all(h.user_id == user for h in hits)
         hits = service.recall(org, {"user_id": user, "query": "falcon", "mode": "keyword", "top_k": 50}).memories
         assert [h.id for h in hits] == [populated[(org, user)]]
 
@@ -87,3 +88,31 @@ def test_same_client_id_in_two_orgs_never_collides(service: MemoryService) -> No
     assert a != b
     assert service.get(Scope.user("acme", "u"), "m-1").content == "acme fact"
     assert service.get(Scope.user("globex", "u"), "m-1").content == "globex fact"
+
+
+@pytest.mark.parametrize("scan_limit", [2_000, 0], ids=["scan", "indexes"])
+def test_recall_for_a_caller_kept_to_teams_finds_its_teams_and_no_team(
+    service: MemoryService, embedder: Embedder, scan_limit: int
+) -> None:
+    """The store leaves out other teams' memories, so top_k is filled with what the caller may read."""
+    for team in ("support", "sales", "o'team", None):
+        service.add_many("acme", [{"user_id": "u1", "team_id": team, "content": f"deploy note {i} of {team}"}
+                                  for i in range(3)])
+    store = LanceStore(service.store.uri, embedding_model=embedder.name, embedding_dim=embedder.dim,
+                       scan_limit=scan_limit)
+    reader = MemoryService(store, embedder, service.settings, defer_access=False)
+    query = {"user_id": "u1", "query": "deploy note", "top_k": 6, "min_score": 0}
+
+    def teams_of(hits: list) -> set[str]:
+        return {h.content.split(" of ", 1)[1] for h in hits}
+
+    try:
+        assert len(reader.recall("acme", query).memories) == 6
+        for teams, readable in [({"support"}, {"support", "None"}), ({"o'team", "sales"}, {"o'team", "sales", "None"}),
+                                (set(), {"None"}), ({"nobody's"}, {"None"})]:
+            hits = reader.recall("acme", query, visible_teams=teams).memories
+            assert teams_of(hits) <= readable and len(hits) == min(6, 3 * len(readable)), teams
+        team_only = reader.recall("acme", {**query, "team_id": "support"}, visible_teams={"support"}).memories
+        assert teams_of(team_only) == {"support"}
+    finally:
+        reader.close()

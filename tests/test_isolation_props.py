@@ -405,15 +405,13 @@ def _normalized(response: httpx.Response, target: Target) -> tuple[int, str]:
     return response.status_code, TIMESTAMP.sub("<time>", HEX_ID.sub("<id>", text))
 
 
-def _settle(clients: dict[str, httpx.Client], jobs: list[tuple[str, str]], timeout_s: float = 60) -> None:
+def _settle(clients: dict[str, httpx.Client], jobs: list[tuple[str, str]], timeout_s: float = 300) -> None:
     """Wait for the extraction jobs the calls started, so that what the erasures count is settled.
     (Not for consolidation runs: one that finds the lease taken stays `queued` for good.)"""
     deadline = time.monotonic() + timeout_s
     for key, job_id in jobs:
-        while time.monotonic() < deadline:
-            job = clients[key].get(f"/v1/jobs/{job_id}").json()
-            if job["state"] in ("succeeded", "failed"):
-                break
+        while (job := clients[key].get(f"/v1/jobs/{job_id}").json())["state"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline, f"job {job_id} did not finish: {job}"
             time.sleep(0.1)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from agent_memory.errors import UnavailableError
 from agent_memory.extraction import extract_and_store
-from agent_memory.llm import LLMClient, LLMExtractor, RateLimiter
+from agent_memory.llm import LLMClient, LLMExtractor, RequestPacer
 from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from loopback.llm_server import Reply, ScriptedLLM, memories_reply, scripted_llm
@@ -17,6 +17,9 @@ from storage.connect import maintenance_of
 from tests.conftest import Clock
 
 U = Scope.user("acme", "u1")
+# The client's timeout: ample for a scripted answer on a loaded machine; a late one takes twice that.
+TIMEOUT_S = 3.0
+LATE_S = 2 * TIMEOUT_S
 
 
 @pytest.fixture
@@ -28,7 +31,7 @@ def llm() -> Iterator[ScriptedLLM]:
 @pytest.fixture
 def llm_service(make_service: Any, clock: Clock, llm: ScriptedLLM) -> MemoryService:
     return make_service(
-        clock=clock, llm_base_url=llm.base_url, llm_model="scripted", llm_api_key="sk-test", llm_timeout_s=0.5,
+        clock=clock, llm_base_url=llm.base_url, llm_model="scripted", llm_api_key="sk-test", llm_timeout_s=TIMEOUT_S,
         llm_max_retries=2, llm_backoff_s=0.01, llm_requests_per_minute=0,
     )
 
@@ -96,11 +99,11 @@ def test_429_then_success_is_retried(llm_service: MemoryService, llm: ScriptedLL
 
 
 def test_timeouts_are_retried_then_fail_typed(llm_service: MemoryService, llm: ScriptedLLM) -> None:
-    llm.script(memories_reply(_memory("late"), delay_s=1.5), memories_reply(_memory("The user lives in Lyon")))
+    llm.script(memories_reply(_memory("late"), delay_s=LATE_S), memories_reply(_memory("The user lives in Lyon")))
     result = extract_and_store(llm_service, "acme", _log(llm_service, ["I live in Lyon"]), "llm", actor="test")
     assert [m.content for m in llm_service.list(U).records] == ["The user lives in Lyon"]
     assert len(result.created) == 1
-    llm.script(*[memories_reply(_memory("late"), delay_s=1.5) for _ in range(3)])
+    llm.script(*[memories_reply(_memory("late"), delay_s=LATE_S) for _ in range(3)])
     with pytest.raises(UnavailableError) as info:
         extract_and_store(llm_service, "acme", _log(llm_service, ["I moved to Paris"], "s2"), "llm", actor="test")
     assert info.value.code == "llm_unavailable"
@@ -125,7 +128,7 @@ def test_contradiction_named_by_the_model_supersedes(llm_service: MemoryService,
     assert llm_service.get(U, second.created[0]).importance == pytest.approx(0.9)
 
 
-def test_rate_limiter_spaces_requests() -> None:
+def test_the_request_pacer_spaces_requests() -> None:
     now = [0.0]
     waits: list[float] = []
 
@@ -133,9 +136,9 @@ def test_rate_limiter_spaces_requests() -> None:
         waits.append(seconds)
         now[0] += seconds
 
-    limiter = RateLimiter(120, clock=lambda: now[0], sleep=sleep)
+    pacer = RequestPacer(120, clock=lambda: now[0], sleep=sleep)
     for _ in range(3):
-        limiter.acquire()
+        pacer.acquire()
     assert waits == [pytest.approx(0.5), pytest.approx(0.5)]
 
 

@@ -24,9 +24,9 @@ from cli.local_cluster import LABEL, LocalCluster, free_port
 from loopback.s3_server import S3Server
 from storage import LanceStore
 from storage.connect import maintenance_of
-from tests.conftest import users_on_each_shard
+from tests.conftest import stop_shared_stack, users_on_each_shard
 
-pytestmark = [pytest.mark.own_stack, pytest.mark.slow]
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 300
 
@@ -46,13 +46,7 @@ print(json.dumps({"tasks": tasks, "actors": actors}))
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[LocalCluster, S3Server]]:
     """A head and one worker (2 CPUs each; the worker declares a GPU), and an S3 server."""
-    import ray
-
-    if ray.is_initialized():  # the shared Ray of the earlier tests: this module's Ray is a cluster of its own
-        from ray import serve
-
-        serve.shutdown()
-        ray.shutdown()
+    stop_shared_stack()  # the shared Ray of the earlier tests: this module's Ray is a cluster of its own
     # HTTP comes in through HAProxy, as `agent-memory serve` has it; the proxy runs on the head only
     # (both nodes share this host, and so the port: LocalCluster.client_env).
     nodes_env = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
@@ -165,7 +159,7 @@ def cluster_app(cluster: tuple[LocalCluster, S3Server], tmp_path_factory: pytest
                               env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 600
         while True:
             try:
                 if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:

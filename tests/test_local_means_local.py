@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import ray_address
+from cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 # A port nothing listens on: joining it fails or waits, never succeeds.
@@ -32,6 +32,7 @@ def ray_tmpdir() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.stack
 def test_import_on_ray_starts_its_own_ray_despite_a_recorded_dead_cluster(ray_tmpdir: Path, tmp_path: Path) -> None:
     history = tmp_path / "history.jsonl"
     history.write_text("".join((ROOT / "examples" / "sample_history.jsonl").read_text().splitlines(True)[:40]))
@@ -50,7 +51,10 @@ def test_import_on_ray_starts_its_own_ray_despite_a_recorded_dead_cluster(ray_tm
 
 
 def test_address_defaults_to_ray_address_and_else_to_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    def address() -> str | None:
+        return cli.commands["import"].make_context("import", ["history.jsonl"]).params["address"]
+
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert ray_address() is None
+    assert address() is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6380")
-    assert ray_address() == "10.0.0.5:6380"
+    assert address() == "10.0.0.5:6380"

@@ -16,13 +16,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent_memory_client import MemoryClient
+import pytest
+from agent_memory_http import MemoryClient
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from cli.mcp_server import RemoteMemories, build_server
+from cli.net import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {"remember", "recall", "list_memories", "forget"}
@@ -72,12 +74,6 @@ async def _remember(session: ClientSession, user: str, content: str, **fields: A
 async def _listed(session: ClientSession, user: str) -> dict[str, dict[str, Any]]:
     listing = _ok(await session.call_tool("list_memories", {"user_id": user}))
     return {m["id"]: m for m in listing["memories"]}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -162,7 +158,7 @@ def test_streamable_http_transport(serve_app: dict[str, object], tmp_path: Path)
     user = _user()
     with MemoryClient(str(serve_app["url"]), "acme-admin", timeout=60) as client:
         stored = client.add(user, "The team deploys on Fridays only after the smoke tests pass").id
-    port = _free_port()
+    port = free_port()
     with (tmp_path / "mcp.log").open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "mcp", "--transport", "http", "--port", str(port),
@@ -199,6 +195,7 @@ def test_streamable_http_transport(serve_app: dict[str, object], tmp_path: Path)
 # -- on a local store ---------------------------------------------------------------------------
 
 
+@pytest.mark.store
 def test_embedded_store_without_a_server(tmp_path: Path) -> None:
     user, neighbour = _user(), _user()
 
@@ -225,6 +222,7 @@ def test_embedded_store_without_a_server(tmp_path: Path) -> None:
     _run(scenario())
 
 
+@pytest.mark.unit  # refused before a store is opened
 def test_embedded_refuses_a_server_url() -> None:
     command = [sys.executable, "-m", "cli.main", "mcp", "--embedded", "--url", "http://127.0.0.1:8000"]
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120)

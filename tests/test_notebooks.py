@@ -61,6 +61,7 @@ def test_every_notebook_is_tested_and_stored_without_outputs() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
+@pytest.mark.store  # the kernel builds a scratch store
 def test_notebook_runs_writes_its_figures_and_leaves_nothing(
     name: str, kernel_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -84,6 +85,7 @@ def test_notebook_runs_writes_its_figures_and_leaves_nothing(
     assert _tree() == before
 
 
+@pytest.mark.store
 def test_a_notebook_that_fails_still_removes_its_scratch_directory(kernel_env: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECALL_QUESTIONS", str(kernel_env / "no-such-questions.jsonl"))

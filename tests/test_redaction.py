@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_memory.redaction import KINDS, Redaction, Redactor  # noqa: E402
-from agent_memory.service import MemoryService  # noqa: E402
+from agent_memory.rows import RowBuilder  # noqa: E402
 
 
 def cn_id(first17: str) -> str:
@@ -246,7 +246,7 @@ def test_kinds_constant_and_empty_text() -> None:
     assert Redactor().redact("") == Redaction("", {})
 
 
-def test_a_speaker_name_is_redacted_in_the_message_log(service: MemoryService) -> None:
-    records = service.message_records("acme", "u1", "s1", [
+def test_a_speaker_name_is_redacted_in_the_message_log(rows: RowBuilder) -> None:
+    records = rows.message_records("acme", "u1", "s1", [
         {"role": "user", "content": "hi", "name": "alice@example.com"}, {"role": "user", "content": "yo", "name": "Alice"}])
     assert [r.name for r in records] == ["[EMAIL]", "Alice"]

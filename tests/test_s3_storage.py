@@ -318,7 +318,7 @@ def test_writers_an_import_and_consolidation_at_once_lose_and_duplicate_nothing(
     try:
         _wait_for(lambda: len(list(flags.glob("ready-*"))) == len(roles) or any(p.poll() is not None for p in procs))
         (flags / "go").touch()
-        outputs = [p.communicate(timeout=240) for p in procs]
+        outputs = [p.communicate(timeout=600) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -348,7 +348,7 @@ def test_writers_an_import_and_consolidation_at_once_lose_and_duplicate_nothing(
     assert sum(1 for r in memories if r["user_id"] == "c1") == 4  # merged ones keep their rows
 
 
-def _wait_for(ready: Callable[[], bool], timeout_s: float = 180.0) -> None:
+def _wait_for(ready: Callable[[], bool], timeout_s: float = 600.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
         assert time.monotonic() < deadline, "the processes did not get ready"
@@ -395,7 +395,7 @@ def test_racing_commits_from_many_processes_keep_every_row_once(s3_server: S3Ser
     procs = [subprocess.Popen([sys.executable, "-c", script, f"p{n}", uri, json.dumps(s3_server.storage_options),
                                str(go)], env=env, stderr=subprocess.PIPE, text=True) for n in range(3)]
     go.touch()
-    errors = [p.communicate(timeout=180)[1] for p in procs]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [e[-2000:] for e in errors]
     rows = lancedb.connect(uri, storage_options=s3_server.storage_options).open_table("t").to_arrow().to_pylist()
     ids = Counter(r["id"] for r in rows)

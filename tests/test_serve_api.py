@@ -10,20 +10,23 @@ import uuid
 import pytest
 
 from cli.main import main
-from serve_app.writer import FullOptimizeSchedule
+from serve_app.upkeep import FullOptimizeSchedule
 
 
 def _user() -> str:
     return f"user-{uuid.uuid4().hex[:8]}"
 
 
+# Bound of every wait for background work: generous, for a loaded two-core machine.
+WAIT_S = 300
+
+
 def _wait_job(client, job_id: str) -> dict:
-    for _ in range(600):
-        job = client.get(f"/v1/jobs/{job_id}").json()
-        if job["state"] in ("succeeded", "failed"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish: {job}")
+    deadline = time.monotonic() + WAIT_S
+    while (job := client.get(f"/v1/jobs/{job_id}").json())["state"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, f"job {job_id} did not finish: {job}"
+        time.sleep(0.2)
+    return job
 
 
 def test_health_and_readiness(api) -> None:
@@ -119,16 +122,22 @@ def test_erase_user_over_http(api) -> None:
     writers = [threading.Thread(target=write, args=(n,)) for n in range(3)]
     for thread in writers:
         thread.start()
+    def acknowledged(at_least: int) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while len(acked) < at_least:
+            assert time.monotonic() < deadline, f"only {len(acked)} writes acknowledged"
+            time.sleep(0.1)
+
     try:
-        time.sleep(0.5)
+        acknowledged(3)  # the writers are writing
         erased = c.delete(f"/v1/users/{user}")
         assert erased.status_code == 202 and erased.json()["erased"]["memories"] == 1
         # Gone from every read at once; the purge's job is the receipt.
         assert c.get("/v1/memories", params={"user_id": user}).json()["memories"] == []
-        job_id = erased.json()["job_id"]
-        deadline = time.monotonic() + 120
-        while (job := c.get(f"/v1/jobs/{job_id}").json())["state"] == "running" and time.monotonic() < deadline:
-            time.sleep(0.2)
+        during = len(acked)
+        job = _wait_job(c, erased.json()["job_id"])
+        job_id = job["id"]
+        acknowledged(during + 3)  # writes acknowledged during and after the purge too
     finally:
         stop.set()
         for thread in writers:
@@ -142,7 +151,6 @@ def test_erase_user_over_http(api) -> None:
     assert "erase me" not in json.dumps(job)
     assert api("globex-admin").get(f"/v1/jobs/{job_id}").status_code == 404  # another org's receipt
     # Every write acknowledged during the erasure is there.
-    assert len(acked) >= 6
     for other, memory_id in acked:
         assert c.get(f"/v1/memories/{memory_id}", params={"user_id": other}).status_code == 200, memory_id
 
@@ -219,24 +227,31 @@ def test_import_job_over_http(api, serve_app) -> None:
 
 
 def test_the_writer_compacts_the_fragments_new_writes_leave(api, serve_app) -> None:
+    """Three commits leave three one-row fragments outside the indexes; the Writer's upkeep (every
+    writer_upkeep_seconds, 2 s) folds them, whatever else the shared store holds or receives
+    meanwhile: at most the newest of them may still stand alone."""
     from datetime import timedelta
 
     import lancedb
 
     c, user = api(), _user()
-    for i in range(3):  # three commits, three small fragments no index covers
-        assert c.post("/v1/memories", json={"user_id": user, "content": f"upkeep note {i}"}).status_code == 201
     table = lancedb.connect(serve_app["settings"].storage.uri, read_consistency_interval=timedelta(0)).open_table("memories")
 
-    def uncovered_fragments() -> int:
+    def uncovered() -> dict[int, int]:
+        """Each fragment no index covers, and how many of the user's rows it holds."""
         dataset = table.to_lance()
         indexed = set().union(*(i["fragment_ids"] for i in dataset.list_indices() if i["name"] == "user_id_idx"))
-        return len({f.fragment_id for f in dataset.get_fragments()} - indexed)
+        return {f.fragment_id: f.count_rows(f"user_id = '{user}'") for f in dataset.get_fragments()
+                if f.fragment_id not in indexed}
 
-    deadline = time.monotonic() + 60  # the writer looks every writer_upkeep_seconds (2 s)
-    while uncovered_fragments() > 1 and time.monotonic() < deadline:
+    for i in range(3):  # three commits
+        assert c.post("/v1/memories", json={"user_id": user, "content": f"upkeep note {i}"}).status_code == 201
+    # The one-row fragments the commits left (a fold may have taken some already).
+    singles = {fragment for fragment, rows in uncovered().items() if rows == 1}
+    deadline = time.monotonic() + 300  # generous: the upkeep thread shares two cores with everything else
+    while len(left := singles & set(uncovered())) > 1 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert uncovered_fragments() <= 1
+    assert len(left) <= 1, f"the upkeep left {sorted(left)} of the new fragments {sorted(singles)} unfolded"
     hits = c.post("/v1/memories/search", json={"user_id": user, "query": "upkeep note"}).json()["memories"]
     assert sorted(h["content"] for h in hits) == [f"upkeep note {i}" for i in range(3)]
 
@@ -305,6 +320,8 @@ def test_chunked_bodies_are_limited_while_read_and_request_ids_are_kept(api) -> 
         ("post", "/v1/memories", {"json": ["not", "an", "object"]}, 422),
         ("post", "/v1/memories", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422),
         ("post", "/v1/memories", {"json": {"user_id": "u", "content": "x" * 9000}}, 422),
+        ("post", "/v1/memories", {"json": {"user_id": "u", "content": "x", "id": "search"}}, 422),
+        ("get", "/v1/memories/search", {"params": {"user_id": "u", "query": "x"}}, 405),
         ("post", "/v1/memories", {"content": b"x" * 300_000}, 413),
         ("post", "/v1/memories/search", {"json": {"user_id": "u", "query": "x", "top_k": 0}}, 422),
         ("post", "/v1/memories/search", {"json": {"user_id": "u", "query": "x", "since": "2026-02-01", "until": "2026-01-01"}}, 422),
@@ -324,6 +341,59 @@ def test_bad_input_is_a_clear_4xx(api, method: str, path: str, kwargs: dict, sta
     error = r.json()["error"]
     assert error["code"] and error["message"]
     assert r.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+@pytest.mark.parametrize("params", [{}, {"user_id": "u01", "query": "pet"}])
+def test_search_answers_405_to_every_method_but_post(api, method: str, params: dict) -> None:
+    r = getattr(api(), method)("/v1/memories/search", params=params)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == "POST"
+    assert r.json()["error"] == {"code": "method_not_allowed", "message":
+                                 f"{method.upper()} is not allowed on /v1/memories/search; it answers POST"}
+
+
+def test_a_memory_id_is_never_the_word_search(api) -> None:
+    c, user = api(), _user()
+    refused = c.post("/v1/memories", json={"user_id": user, "content": "x", "id": "search"})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["message"].startswith("id: 'search' is reserved")
+    (kept,) = c.post("/v1/memories", json={"user_id": user, "content": "a search engine", "id": "Search"}).json()["ids"]
+    assert c.get("/v1/memories/Search", params={"user_id": user}).json()["id"] == kept
+    assert c.get(f"/v1/memories/{kept}/history", params={"user_id": user}).status_code == 200
+
+
+@pytest.mark.parametrize(("body", "where"), [
+    (b'{"user_id": "u", x}', "line 1, column 18 (character 17): Expecting property name enclosed in double quotes"),
+    (b'{\n  "user_id": "u",\n  "content": "x",\n}', "line 4, column 1 (character 38): Expecting property name"),
+    (b'{"user_id": "u", "content": "unfinished', "line 1, column 29 (character 28): Unterminated string"),
+])
+def test_a_body_that_is_not_json_is_told_where_and_why(api, body: bytes, where: str) -> None:
+    r = api().post("/v1/memories", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_input" and error["message"].startswith(f"body: not valid JSON at {where}"), error
+
+
+def test_haproxy_monitoring_answers_on_loopback_only(serve_app) -> None:
+    import os
+    import socket
+
+    import httpx
+    import psutil
+
+    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") != "1":
+        pytest.skip("served through Serve's own proxy here (no HAProxy binary)")
+    stats, metrics = (int(os.environ[f"RAY_SERVE_HAPROXY_{name}_PORT"]) for name in ("STATS", "METRICS"))
+    assert httpx.get(f"http://127.0.0.1:{stats}/stats", timeout=30).status_code == 200
+    assert "haproxy_" in httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=30).text
+    others = [a.address for addresses in psutil.net_if_addrs().values() for a in addresses
+              if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    if not others:
+        pytest.skip("this machine has no address but loopback")
+    for port in (stats, metrics):
+        with pytest.raises(OSError), socket.create_connection((others[0], port), timeout=5):
+            pass
 
 
 def test_serve_refuses_a_port_already_taken(serve_app, tmp_path, capfd) -> None:

@@ -271,7 +271,7 @@ def test_access_recorder_counts_distinct_pending_ids_and_flushes_at_its_cap() ->
     assert recorder.pending() == 1
     recorder.start()
     recorder.record("acme", "u3", ["d", "e", "f"])  # four pending: the cap wakes the flush
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120
     while not flushed and time.monotonic() < deadline:
         time.sleep(0.01)
     recorder.close()
@@ -297,7 +297,7 @@ def test_team_scope_recall(service: MemoryService) -> None:
     service.add("acme", {"user_id": "u2", "team_id": "t1", "content": "Team uses Grafana for deploys"})
     service.add("acme", {"user_id": "u3", "team_id": "t2", "content": "Other team deploys daily"})
     hits = service.recall("acme", {"user_id": "u1", "query": "deploys", "scope": "team", "team_id": "t1"}).memories
-    assert {h.user_id for h in hits} == {"u1", "u2"}
+    assert {h.content for h in hits} == {"Team deploys on Tuesdays", "Team uses Grafana for deploys"}
 
 
 def test_redaction_applies_before_storage(service: MemoryService) -> None:

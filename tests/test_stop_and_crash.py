@@ -28,12 +28,13 @@ import httpx
 import psutil
 import pytest
 
-from cli.main import _kill_session
+from cli.net import free_port
+from cli.processes import kill_session
 from storage import LanceStore
 from storage.connect import maintenance_of
-from tests.conftest import ROOT, _free_port
+from tests.conftest import ROOT, stop_shared_stack
 
-pytestmark = pytest.mark.own_stack
+pytestmark = pytest.mark.stack
 CLIENTS = 16
 # Every stack a test started: whatever a failed test leaves is ended before the next one starts.
 STARTED: list[subprocess.Popen[bytes]] = []
@@ -47,7 +48,7 @@ def _as_from_a_terminal() -> None:
 
 
 def _start(store: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, AGENT_MEMORY_STORAGE_URI=str(store), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("AGENT_MEMORY_API_KEYS_FILE", None)
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port)], cwd=ROOT, env=env,
@@ -99,12 +100,20 @@ def _in_session(sid: int) -> list[str]:
     return out
 
 
-def _session_ends(sid: int, timeout: float = 60) -> list[str]:
+def _session_ends(sid: int, timeout: float = 120) -> list[str]:
     """Wait for the session to hold no process; what it still holds at the timeout."""
     deadline = time.monotonic() + timeout
     while (left := _in_session(sid)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
+
+
+def _wait_for_log(log: Path, text: str, after: int, timeout: float = 120) -> None:
+    """Wait for `text` in the log, past its first `after` characters."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text()[after:]:
+        assert time.monotonic() < deadline, f"{text!r} not logged: " + log.read_text()[-3000:]
+        time.sleep(0.1)
 
 
 def _alive(processes: list[psutil.Process]) -> list[str]:
@@ -172,17 +181,12 @@ def _wait_for_acks(writers: Writers, n: int, timeout: float = 120) -> None:
 @pytest.fixture
 def own_stack() -> Iterator[None]:
     """No shared Ray or Serve while a stack of its own runs (they are last in the session)."""
-    import ray
-    from ray import serve
-
-    if ray.is_initialized():
-        serve.shutdown()
-        ray.shutdown()
+    stop_shared_stack()
     yield
     while STARTED:  # a test that failed half-way leaves its stack: end it, the ports with it
         proc = STARTED.pop()
         for sid in {proc.pid, *(c.pid for c in _children(proc))}:
-            _kill_session(sid)
+            kill_session(sid)
 
 
 def test_kill_9_of_the_whole_stack_then_a_restart_loses_and_duplicates_nothing(own_stack: None, tmp_path: Path) -> None:
@@ -196,7 +200,7 @@ def test_kill_9_of_the_whole_stack_then_a_restart_loses_and_duplicates_nothing(o
             p.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(stack, timeout=30)
+    psutil.wait_procs(stack, timeout=120)
     writers.join()
     acked = dict(writers.acked)
     stored = _stored(store, writers.users())
@@ -221,14 +225,14 @@ def test_kill_9_of_the_whole_stack_then_a_restart_loses_and_duplicates_nothing(o
         assert all(stored[i] == 1 for ids in acked.values() for i in ids)
         assert sum(stored.values()) == len({key for key, _ in writers.sent})  # one memory per key, none twice
     finally:  # a second signal stops the whole stack at once
-        stack, sid = _stack(proc), _server(proc)
+        stack, sid, logged = _stack(proc), _server(proc), len(log.read_text())
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        _wait_for_log(log, "stopping:", after=logged)  # the first signal was passed on: the next is a second
         # SIGTERM again: SIGINT would do, but not where this test runs with SIGINT ignored (a
         # command started with `&` by a shell without job control), which the supervisor respects.
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGKILL  # the server was killed, not stopped
-        _, alive = psutil.wait_procs(stack, timeout=30)
+        _, alive = psutil.wait_procs(stack, timeout=120)
         assert _alive(alive) == [], "processes left behind"
         assert _in_session(sid) == [], "processes of the server's session left behind"
     assert sum(_stored(store, writers.users()).values()) == len({key for key, _ in writers.sent})
@@ -243,7 +247,7 @@ def test_sigterm_during_writes_drains_exits_0_and_leaves_no_process(own_stack: N
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=180)
     writers.join()
-    gone, alive = psutil.wait_procs(stack, timeout=30)
+    gone, alive = psutil.wait_procs(stack, timeout=120)
     assert code == 0, log.read_text()[-3000:]
     assert _alive(alive) == [], "processes left behind"
     assert _in_session(sid) == [], "processes of the server's session left behind"
@@ -258,7 +262,7 @@ def test_sighup_stops_the_server_as_sigterm_does(own_stack: None, tmp_path: Path
     sid = _server(proc)
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
-    assert _session_ends(sid, timeout=10) == [], "processes of the server's session left behind"
+    assert _session_ends(sid) == [], "processes of the server's session left behind"
     assert "stopped" in log.read_text()
 
 
@@ -271,8 +275,8 @@ def test_the_server_stops_when_its_supervisor_is_killed(own_stack: None, tmp_pat
     stack = _stack(proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    assert _session_ends(sid, timeout=120) == [], "processes of the server's session outlived its supervisor"
-    _, alive = psutil.wait_procs(stack, timeout=10)
+    assert _session_ends(sid) == [], "processes of the server's session outlived its supervisor"
+    _, alive = psutil.wait_procs(stack, timeout=120)
     assert _alive(alive) == [], "processes left behind"
     assert "stopped" in log.read_text(), log.read_text()[-3000:]
     with pytest.raises(httpx.HTTPError):

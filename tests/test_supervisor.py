@@ -14,15 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli.main import (
-    STOP_SIGNALS,
-    _dies_with_this_process,
-    _kill_session,
-    _session_pids,
-    _stop_signals,
-    _Supervisor,
-)
+from cli.processes import dies_with_this_process, kill_session, session_pids
+from cli.serve import STOP_SIGNALS, Supervisor, stop_signals
 
+pytestmark = pytest.mark.unit  # plain Python processes stand in for the server
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = sys.platform.startswith("linux")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -47,14 +42,14 @@ def _gone(pids: list[int], timeout: float = 10) -> bool:
 
 
 def test_a_signal_before_the_server_exists_is_passed_on_once_it_does() -> None:
-    supervisor = _Supervisor()
+    supervisor = Supervisor()
     supervisor.on_signal(signal.SIGTERM, None)  # between installing the handlers and starting the child
     child = subprocess.Popen(SLEEP, start_new_session=True)
     assert supervisor.watch(child) == -signal.SIGTERM
 
 
 def test_a_second_signal_ends_the_whole_session() -> None:
-    supervisor = _Supervisor()
+    supervisor = Supervisor()
     supervisor.on_signal(signal.SIGTERM, None)
     supervisor.on_signal(signal.SIGINT, None)
     child = subprocess.Popen(SLEEP, start_new_session=True)
@@ -67,37 +62,36 @@ def test_a_stop_signal_ignored_from_the_start_stays_ignored() -> None:
     heard = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        assert _stop_signals() == [s for s in heard if s != signal.SIGHUP]
+        assert stop_signals() == [s for s in heard if s != signal.SIGHUP]
     finally:
         signal.signal(signal.SIGHUP, before)
-    assert (signal.SIGHUP in _stop_signals()) == (signal.SIGHUP in heard)
+    assert (signal.SIGHUP in stop_signals()) == (signal.SIGHUP in heard)
 
 
-@pytest.mark.skipif(not LINUX, reason="sessions are listed from /proc")
 def test_ending_a_session_reaches_processes_in_groups_of_their_own() -> None:
     leader = subprocess.Popen([sys.executable, "-c", SPAWNER], start_new_session=True, stdout=subprocess.PIPE, text=True)
     assert leader.stdout is not None
     kids = [int(p) for p in leader.stdout.readline().split()]
     assert all(os.getpgid(k) == k and os.getsid(k) == leader.pid for k in kids)
-    assert sorted(_session_pids(leader.pid)) == sorted([leader.pid, *kids])
-    _kill_session(leader.pid, spare=leader.pid)
+    assert sorted(session_pids(leader.pid)) == sorted([leader.pid, *kids])
+    kill_session(leader.pid, spare=leader.pid)
     assert _gone(kids) and leader.poll() is None  # spared
-    _kill_session(leader.pid)
-    assert leader.wait(timeout=10) == -signal.SIGKILL and _session_pids(leader.pid) == []
+    kill_session(leader.pid)
+    assert leader.wait(timeout=10) == -signal.SIGKILL and session_pids(leader.pid) == []
 
 
 @pytest.mark.skipif(not LINUX, reason="PR_SET_PDEATHSIG is Linux's")
 def test_the_child_hears_of_its_supervisors_death() -> None:
-    """A stand-in supervisor starts its child as `cmd_serve` does, then is killed with SIGKILL: the
+    """A stand-in supervisor starts its child as `agent-memory serve` does, then is killed with SIGKILL: the
     child gets SIGTERM from the kernel."""
-    assert _dies_with_this_process() is not None
+    assert dies_with_this_process() is not None
     supervisor = subprocess.Popen([sys.executable, "-c", """
 import subprocess, sys, time
-from cli.main import _dies_with_this_process
+from cli.processes import dies_with_this_process
 child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\\n"
                           "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\\n"
                           "print('ready', flush=True); time.sleep(120); sys.exit(1)"],
-                         start_new_session=True, preexec_fn=_dies_with_this_process())
+                         start_new_session=True, preexec_fn=dies_with_this_process())
 print(child.pid, flush=True)
 time.sleep(120)
 """], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)

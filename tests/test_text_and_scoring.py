@@ -10,7 +10,7 @@ import pytest
 
 from agent_memory import scoring, text
 from agent_memory.store import Candidate, Pool, Retrieved
-from agent_memory.text import chinese_words, cjk_share, index_terms, keyword_text, lexical_similarity, terms
+from agent_memory.text import chinese_words, index_terms, is_chinese, keyword_text, lexical_similarity, terms
 
 
 def test_english_terms_drop_stopwords_and_lowercase() -> None:
@@ -61,7 +61,17 @@ def test_fullwidth_is_normalised() -> None:
 def test_lexical_similarity_reads_chinese() -> None:
     assert lexical_similarity("用户喜欢吃苹果", "用户很喜欢吃苹果") > 0.6
     assert lexical_similarity("用户喜欢吃苹果", "服务器操作系统") == 0.0
-    assert cjk_share("我喜欢 Python") == pytest.approx(3 / 9)
+
+
+def test_a_text_is_chinese_when_a_quarter_of_its_letters_are_cjk() -> None:
+    assert is_chinese("我喜欢 Python") and is_chinese("Assistant: 不用谢") and is_chinese("我写代码全都在Neovim里。")
+    assert not is_chinese("I had 饺子 for dinner") and not is_chinese("Python 3.12") and not is_chinese("")
+
+
+def test_sentences_end_at_marks_faces_and_line_breaks_not_decimal_points() -> None:
+    assert text.sentences("Split 137.50 between 5? Sure.") == ["Split 137.50 between 5?", "Sure."]
+    assert text.sentences("the Pixel died 💀 I'm on an iPhone now") == ["the Pixel died 💀", "I'm on an iPhone now"]
+    assert text.sentences("住在杭州；养了一只猫\n好的！") == ["住在杭州；", "养了一只猫", "好的！"]
 
 
 def test_recency_halves_at_half_life_and_ignores_future() -> None:

@@ -29,7 +29,7 @@ from agent_memory.decision.features import contexts, embedded_text, signals
 from agent_memory.decision.model import BUNDLED, DecisionModel
 from agent_memory.embedding.base import Embedder
 from agent_memory.models import MessageRecord
-from agent_memory.rules import Candidate, RulesExtractor, sentences
+from agent_memory.rules import ProposedMemory, RulesExtractor, sentences
 from agent_memory.text import terms
 
 # A sentence whose words are this much inside the turn's candidates is already proposed.
@@ -49,12 +49,12 @@ def _says_something(text: str) -> bool:
     return len(terms(text, keep_stopwords=True)) >= 2 and bool(terms(text))
 
 
-def proposals(messages: Sequence[MessageRecord], rules: RulesExtractor, *, sentences_too: bool = True) -> list[Candidate]:
+def proposals(messages: Sequence[MessageRecord], rules: RulesExtractor, *, sentences_too: bool = True) -> list[ProposedMemory]:
     """The rules' candidates and, with `sentences_too`, every user sentence they leave out, in message order."""
-    by_message: dict[str, list[Candidate]] = {}
+    by_message: dict[str, list[ProposedMemory]] = {}
     for candidate in rules.extract(messages):
         by_message.setdefault(candidate.message.message_id, []).append(candidate)
-    out: list[Candidate] = []
+    out: list[ProposedMemory] = []
     for message in messages:
         mine = by_message.get(message.message_id, [])
         out += mine
@@ -67,7 +67,7 @@ def proposals(messages: Sequence[MessageRecord], rules: RulesExtractor, *, sente
             text = statement(sentence)
             if not _says_something(text) or embedded_text(text) is None:
                 continue
-            out.append(Candidate(content=text, memory_type="semantic", importance=0.5, confidence=0.0,
+            out.append(ProposedMemory(content=text, memory_type="semantic", importance=0.5, confidence=0.0,
                                  source_ids=[message.message_id], message=message, extractor=rules.name, rule="sentence"))
             proposed.append(set(terms(text, keep_stopwords=True)))
     return out
@@ -77,7 +77,7 @@ def _pieces(text: str) -> list[str]:
     return [c for c in clauses(text) if c.strip(_SEPARATORS)]
 
 
-def parts(candidate: Candidate) -> list[Candidate]:
+def parts(candidate: ProposedMemory) -> list[ProposedMemory]:
     """The clauses of a plain statement of two or more, each as a candidate of its own; none for a
     change of mind, an instruction, an answer, a rule's slot, or text the model cannot read."""
     if (candidate.retracts or candidate.replaces or candidate.slot or candidate.memory_type == "procedural"
@@ -96,7 +96,7 @@ def joined(pieces: Sequence[str]) -> str:
     return _JOINED.sub("", text, count=1)
 
 
-def score(model: DecisionModel, candidates: Sequence[Candidate], messages: Sequence[MessageRecord],
+def score(model: DecisionModel, candidates: Sequence[ProposedMemory], messages: Sequence[MessageRecord],
           embedder: Embedder | None) -> np.ndarray:
     """Each candidate's probability of stating a durable fact about the user."""
     if not candidates:
@@ -140,7 +140,7 @@ class DecidedExtractor:
         """The decision shipped in the package."""
         return cls(DecisionModel.load(BUNDLED), embedder, **options)  # type: ignore[arg-type]
 
-    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[Candidate]:
+    def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[ProposedMemory]:
         """Candidates in message order, each with the model's probability as its confidence."""
         candidates = proposals(messages, self.rules, sentences_too=self.sentence_bar is not None)
         split = [parts(c) for c in candidates]

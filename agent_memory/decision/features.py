@@ -3,7 +3,7 @@
 Every signal is a number in a fixed order (`SIGNALS`), the same at training and at run time. The
 text itself is read by the embedding model (`embedded_text`); Chinese, which the bundled model
 cannot read, gets no embedding here, and its decision rests on these signals alone until a gloss
-into English is embedded in its place (`gloss` in `Candidate`'s scoring, see `decision.model`).
+into English is embedded in its place (`gloss` in `ProposedMemory`'s scoring, see `decision.model`).
 
 The word lists below are features, not rules: each only adds a learned weight to the decision.
 """
@@ -19,7 +19,6 @@ from agent_memory.clauses import (
     asks,
     dropped,
     instruction,
-    is_chinese,
     is_event,
     is_habit,
     names_relation,
@@ -27,8 +26,8 @@ from agent_memory.clauses import (
     subject,
 )
 from agent_memory.models import MessageRecord
-from agent_memory.rules import Candidate
-from agent_memory.text import terms
+from agent_memory.rules import ProposedMemory
+from agent_memory.text import is_chinese, terms
 
 # What proposed the candidate: the family of the rule that matched, or the clause grammar.
 SOURCES = ("flip", "instruction", "identity", "preference", "event", "project", "clause", "clause.flip",
@@ -106,7 +105,7 @@ def contexts(messages: Sequence[MessageRecord]) -> dict[str, Context]:
     return out
 
 
-def signals(candidate: Candidate, context: Context) -> list[float]:
+def signals(candidate: ProposedMemory, context: Context) -> list[float]:
     """The candidate's signals, in the order of `SIGNALS`."""
     text = candidate.content
     zh = is_chinese(text)

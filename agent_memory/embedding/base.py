@@ -27,7 +27,8 @@ SMALL_BATCH = 8
 PRECISIONS = ("fp32", "int8")
 
 
-def normalise(vectors: np.ndarray) -> np.ndarray:
+def unit_length(vectors: np.ndarray) -> np.ndarray:
+    """The vectors (rows) scaled to unit L2 length, as float32; a zero vector stays zero."""
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     norms[norms == 0] = 1.0

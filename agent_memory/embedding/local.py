@@ -13,7 +13,7 @@ import numpy as np
 from agent_memory.embedding.base import PRECISIONS, SMALL_BATCH, Embedder
 from agent_memory.embedding.onnx import OnnxEncoder
 from agent_memory.errors import InvalidInputError, UnavailableError
-from agent_memory.settings import BUNDLED_MODEL
+from agent_memory.setting_groups import BUNDLED_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_memory.embedding.base import normalise
+from agent_memory.embedding.base import unit_length
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class OnnxEncoder:
         hidden = self._session.run(None, feed)[0]
         mask = batch["attention_mask"][..., None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-        return normalise(pooled)
+        return unit_length(pooled)
 
 
 def _export(model: Any, graph: Path) -> None:

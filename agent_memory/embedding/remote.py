@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent_memory.embedding.base import OPENAI_PREFIX, Embedder, normalise
+from agent_memory.embedding.base import OPENAI_PREFIX, Embedder, unit_length
 from agent_memory.errors import UnavailableError
 
 
@@ -42,4 +42,4 @@ class OpenAIEmbedder(Embedder):
             if len(data) != len(chunk):
                 raise UnavailableError("embedding endpoint returned a different number of vectors")
             out.extend(d.embedding for d in data)
-        return normalise(np.asarray(out, dtype=np.float32))
+        return unit_length(np.asarray(out, dtype=np.float32))

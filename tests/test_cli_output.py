@@ -1,0 +1,115 @@
+"""The command line as a user runs it, in subprocesses: what its commands write on standard error
+(their own lines only, the libraries' with -v), and the data commands through a running server
+(the shared Serve app), which load neither the store, Ray nor the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "sample_history.jsonl"
+HEAVY = ("agent_memory", "storage", "lancedb", "lance", "ray", "torch", "onnxruntime", "transformers",
+         "sentence_transformers")
+# The lines `agent-memory mcp` writes itself on standard error.
+MCP_OWN = re.compile(r"agent-memory MCP server (on stdio|at http://\S+), over ")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This environment without a server, a store or a cluster of its own: each test names its."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("AGENT_MEMORY_URL", "AGENT_MEMORY_API_KEY", "AGENT_MEMORY_STORAGE_URI", "RAY_ADDRESS",
+                          "PYTHONWARNINGS")}
+    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), **extra}
+
+
+def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli.main", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.store  # the commands load the model, open LanceDB and start a Ray of their own
+def test_commands_on_a_store_write_no_line_of_the_libraries(tmp_path: Path) -> None:
+    """add, search, import and consolidate (on Ray: its Data actors make Ray's C++ core log an error
+    line) print their results and nothing else; -v shows what the libraries said."""
+    env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"))
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(True)[:30]), encoding="utf-8")
+    runs = {
+        "add": _cli("add", "--user-id", "alice", "I prefer answers in bullet points", env=env),
+        "search": _cli("search", "--user-id", "alice", "how should I format answers?", env=env),
+        "import": _cli("import", str(history), "--report", str(tmp_path / "import.report.json"), env=env),
+        "consolidate": _cli("consolidate", "--engine", "ray", env=env),
+    }
+    for name, done in runs.items():
+        assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
+        assert done.stderr == "", f"{name} wrote on standard error:\n{done.stderr[-3000:]}"
+    assert "bullet points" in runs["search"].stdout
+    assert json.loads(runs["import"].stdout)["memories_written"] == 30
+    assert json.loads(runs["consolidate"].stdout)["engine"] == "ray-data"
+
+    verbose = _cli("consolidate", "--engine", "ray", "-v", env=env)
+    assert verbose.returncode == 0 and verbose.stderr.strip(), "-v shows the libraries' lines"
+
+
+def test_mcp_writes_only_its_own_line_for_a_request(serve_app: dict[str, object], tmp_path: Path) -> None:
+    """Over stdio, through the shared server: no line of httpx's for the call to the server, none of
+    the MCP SDK's for the request."""
+    errors = tmp_path / "mcp.stderr"
+
+    async def one_request() -> None:
+        params = StdioServerParameters(
+            command=sys.executable, cwd=ROOT, env=_env(),
+            args=["-m", "cli.main", "mcp", "--url", str(serve_app["url"]), "--api-key", "acme-reader"])
+        with errors.open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                recalled = await session.call_tool("recall", {"user_id": "nobody-" + uuid.uuid4().hex[:8],
+                                                              "query": "anything?"})
+                assert not recalled.is_error
+
+    asyncio.run(asyncio.wait_for(one_request(), 180))
+    lines = [line for line in errors.read_text().splitlines() if line.strip()]
+    assert lines and all(MCP_OWN.match(line) for line in lines), lines
+
+
+# -- through a server ------------------------------------------------------------------------------
+
+
+def test_data_commands_through_a_server_load_no_engine(serve_app: dict[str, object], api) -> None:  # type: ignore[no-untyped-def]
+    """`add` and `search` with AGENT_MEMORY_URL: answered by the server, the command loads none of
+    the store, Ray or the model; `search --json` is the HTTP answer."""
+    user = f"cli-{uuid.uuid4().hex[:8]}"
+    env = _env(AGENT_MEMORY_URL=str(serve_app["url"]), AGENT_MEMORY_API_KEY="acme-writer")
+    probe = ("import json, sys\nfrom cli.main import main\ncode = main(sys.argv[1:])\n"
+             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))), "
+             "file=sys.stderr)\nsys.exit(code)")
+    added = subprocess.run([sys.executable, "-c", probe, "add", "--user-id", user, "--type", "procedural",
+                            "退款需要两级审批"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stderr.splitlines()[-1]) == []
+    memory_id = added.stdout.strip()
+
+    searched = _cli("search", "--user-id", user, "--json", "退款流程是什么？", env=env)
+    assert searched.returncode == 0 and searched.stderr == "", searched.stderr
+    answer = json.loads(searched.stdout)
+    expected = api("acme-reader").post("/v1/memories/search", json={"user_id": user, "query": "退款流程是什么？"}).json()
+    assert [hit["id"] for hit in answer["memories"]] == [hit["id"] for hit in expected["memories"]] == [memory_id]
+    assert set(answer["memories"][0]) == set(expected["memories"][0])
+
+    listed = _cli("search", "--user-id", user, "退款", env=env)
+    assert listed.returncode == 0 and "[procedural] 退款需要两级审批" in listed.stdout
+
+    # A reader key: the server refuses the write, and the command says so as every error.
+    refused = _cli("add", "--user-id", user, "x", env={**env, "AGENT_MEMORY_API_KEY": "acme-reader"})
+    assert refused.returncode == 1 and refused.stderr.startswith("error (forbidden): "), refused.stderr

@@ -192,7 +192,7 @@ def evaluate_extraction(
     memory should state the fact, not the turn with the request in it). `extractor` replaces the
     mode's own: the same decisions and scores, another source of candidates.
     """
-    extractor = extractor or build_extractor(service.settings, mode)  # type: ignore[arg-type]
+    extractor = extractor or build_extractor(service.settings, mode, service.embedder)  # type: ignore[arg-type]
     base = datetime(2025, 1, 1, tzinfo=timezone.utc)
     totals: dict[str, dict[str, int]] = {}
     failures: list[dict[str, str]] = []
@@ -350,7 +350,7 @@ def evaluate_facts(
     its fact; base_rate: the share of user turns that carry a fact (the precision of storing every
     turn).
     """
-    extractor = extractor or build_extractor(service.settings, mode)  # type: ignore[arg-type]
+    extractor = extractor or build_extractor(service.settings, mode, service.embedder)  # type: ignore[arg-type]
     counts = {"user_turns": 0, "with_fact": 0, "yielded": 0, "correct": 0, "memories": 0}
     f1s: list[float] = []
     for index, dialogue in enumerate(dialogues):

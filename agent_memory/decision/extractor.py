@@ -13,7 +13,9 @@ English stands in for it):
   diabetes.").
 
 Each candidate's confidence becomes the model's probability that it states a durable fact about
-the user; extraction then stores only those at or above `extraction_min_confidence`.
+the user; extraction then stores only those at or above `extraction_min_confidence`. A change of
+mind and an instruction keep at least the confidence their rule gave: who takes back what, and
+what the agent is told to do, stay the grammar's to decide.
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ def joined(pieces: Sequence[str]) -> str:
     return _JOINED.sub("", text, count=1)
 
 
+def _grammar_decides(candidate: ProposedMemory) -> bool:
+    """A change of mind (what it takes back, what it replaces) or an instruction for the agent."""
+    return bool(candidate.retracts or candidate.replaces) or candidate.memory_type == "procedural"
+
+
 def score(model: DecisionModel, candidates: Sequence[ProposedMemory], messages: Sequence[MessageRecord],
           embedder: Embedder | None) -> np.ndarray:
     """Each candidate's probability of stating a durable fact about the user."""
@@ -128,7 +135,7 @@ class DecidedExtractor:
     name = "rules"
 
     def __init__(self, model: DecisionModel, embedder: Embedder | None, *, rules: RulesExtractor | None = None,
-                 sentence_bar: float | None = None, drop_below: float = 0.15) -> None:
+                 sentence_bar: float | None = None, drop_below: float = 0.0) -> None:
         self.model = model
         self.embedder = embedder
         self.rules = rules or RulesExtractor()
@@ -148,7 +155,10 @@ class DecidedExtractor:
         p = score(self.model, flat, messages, self.embedder)
         at = len(candidates)
         for i, candidate in enumerate(candidates):
-            candidate.confidence = round(float(p[i]), 4)
+            # A change of mind and an instruction are the grammar's to find: the model may raise
+            # their confidence, not take them back from what the rule gave.
+            floor = candidate.confidence if _grammar_decides(candidate) else 0.0
+            candidate.confidence = round(max(float(p[i]), floor), 4)
             pieces, scores = split[i], p[at:at + len(split[i])]
             at += len(pieces)
             raw = _pieces(candidate.content) if pieces else []

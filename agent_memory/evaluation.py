@@ -391,3 +391,14 @@ def evaluate_facts(
         "base_rate": _ratio(counts["with_fact"], counts["user_turns"]),
         **counts,
     }
+
+
+def format_facts_table(reports: list[dict[str, Any]]) -> str:
+    """The turn-level figures of `evaluate_facts`, one row a mode."""
+    lines = [f"{'mode':<6} {'precision':>9} {'base rate':>9} {'recall':>6} {'content F1':>10} "
+             f"{'user turns':>10} {'with fact':>9} {'yielded':>7}  dialogues"]
+    for r in reports:
+        lines.append(f"{r['mode']:<6} {r['precision']:>9.3f} {r['base_rate']:>9.3f} {r['recall']:>6.3f} "
+                     f"{r['content_f1']:>10.3f} {r['user_turns']:>10} {r['with_fact']:>9} {r['yielded']:>7}  "
+                     f"{r['dialogues']}")
+    return "\n".join(lines)

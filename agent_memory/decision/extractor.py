@@ -1,8 +1,8 @@
 """Candidates the grammar proposes, each with the learned decision's probability as its confidence.
 
 The rules extractor proposes what its patterns and clause grammar find. Two more kinds of text are
-scored beside its candidates, only where the model reads the text (not Chinese, until a gloss into
-English stands in for it):
+scored beside its candidates, in English only (Chinese candidates are scored whole, through their
+English gloss):
 
 - the sentences of a user turn that none of its candidates covers, as the grammar's statement of
   them (without requests, questions, hypotheticals and passing talk), so that the model can take a
@@ -32,7 +32,7 @@ from agent_memory.decision.model import BUNDLED, DecisionModel
 from agent_memory.embedding.base import Embedder
 from agent_memory.models import MessageRecord
 from agent_memory.rules import ProposedMemory, RulesExtractor, sentences
-from agent_memory.text import terms
+from agent_memory.text import is_chinese, terms
 
 # A sentence whose words are this much inside the turn's candidates is already proposed.
 _COVERED = 0.5
@@ -67,7 +67,7 @@ def proposals(messages: Sequence[MessageRecord], rules: RulesExtractor, *, sente
             if not _left_out(sentence, proposed):
                 continue
             text = statement(sentence)
-            if not _says_something(text) or embedded_text(text) is None:
+            if not _says_something(text) or is_chinese(text):
                 continue
             out.append(ProposedMemory(content=text, memory_type="semantic", importance=0.5, confidence=0.0,
                                  source_ids=[message.message_id], message=message, extractor=rules.name, rule="sentence"))
@@ -83,7 +83,7 @@ def parts(candidate: ProposedMemory) -> list[ProposedMemory]:
     """The clauses of a plain statement of two or more, each as a candidate of its own; none for a
     change of mind, an instruction, an answer, a rule's slot, or text the model cannot read."""
     if (candidate.retracts or candidate.replaces or candidate.slot or candidate.memory_type == "procedural"
-            or candidate.rule in ("answer", "clause.instruction") or embedded_text(candidate.content) is None):
+            or candidate.rule in ("answer", "clause.instruction") or is_chinese(candidate.content)):
         return []
     pieces = _pieces(candidate.content)
     if len(pieces) < 2:
@@ -111,11 +111,11 @@ def score(model: DecisionModel, candidates: Sequence[ProposedMemory], messages: 
     where = contexts(messages)
     rows = np.asarray([signals(c, where[c.message.message_id]) for c in candidates], dtype=np.float32)
     texts = [embedded_text(c.content) for c in candidates]
-    readable = np.asarray([t is not None and embedder is not None for t in texts])
+    readable = np.full(len(candidates), embedder is not None)
     vectors = None
     if readable.any() and embedder is not None:
         vectors = np.zeros((len(candidates), embedder.dim), dtype=np.float32)
-        vectors[readable] = embedder.embed_batch([t for t, r in zip(texts, readable, strict=True) if r and t])
+        vectors[:] = embedder.embed_batch(texts)
     return model.probabilities(rows, vectors, readable)
 
 

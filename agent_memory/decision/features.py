@@ -2,8 +2,7 @@
 
 Every signal is a number in a fixed order (`SIGNALS`), the same at training and at run time. The
 text itself is read by the embedding model (`embedded_text`); Chinese, which the bundled model
-cannot read, gets no embedding here, and its decision rests on these signals alone until a gloss
-into English is embedded in its place (`gloss` in `ProposedMemory`'s scoring, see `decision.model`).
+cannot read, is embedded through its English gloss.
 
 The word lists below are features, not rules: each only adds a learned weight to the decision.
 """
@@ -25,6 +24,7 @@ from agent_memory.clauses import (
     retracts,
     subject,
 )
+from agent_memory.gloss import gloss
 from agent_memory.models import MessageRecord
 from agent_memory.rules import ProposedMemory
 from agent_memory.text import is_chinese, terms
@@ -128,10 +128,7 @@ def signals(candidate: ProposedMemory, context: Context) -> list[float]:
     return values
 
 
-def embedded_text(text: str) -> str | None:
-    """The text the embedding model reads for a candidate's text, or None where it cannot read it.
-
-    Chinese gets None until a gloss into English is embedded in its place (the slot for it is here:
-    return the gloss, and the text head decides Chinese candidates as it does English ones).
-    """
-    return None if is_chinese(text) else text
+def embedded_text(text: str) -> str:
+    """The text the embedding model reads for a candidate: Chinese through its English gloss
+    (`agent_memory.gloss`), so that the text head trained mostly on English decides it as well."""
+    return gloss(text) if is_chinese(text) else text

@@ -113,9 +113,11 @@ def score(model: DecisionModel, candidates: Sequence[ProposedMemory], messages: 
     texts = [embedded_text(c.content) for c in candidates]
     readable = np.full(len(candidates), embedder is not None)
     vectors = None
-    if readable.any() and embedder is not None:
-        vectors = np.zeros((len(candidates), embedder.dim), dtype=np.float32)
-        vectors[:] = embedder.embed_batch(texts)
+    if embedder is not None:
+        vectors = np.asarray(embedder.embed_batch(texts), dtype=np.float32)
+        for candidate, text, vector in zip(candidates, texts, vectors, strict=True):
+            # Extraction stores the same vector for the same text rather than asking the model again.
+            candidate.vector = vector.tolist() if text == candidate.content else None
     return model.probabilities(rows, vectors, readable)
 
 
@@ -165,7 +167,7 @@ class DecidedExtractor:
             kept = [text for text, s in zip(raw, scores, strict=True) if s >= self.drop_below]
             if kept and len(kept) < len(pieces) and scores.max() >= self.model.threshold:
                 # What the model rejects of the statement is left out of it.
-                candidate.content = joined(kept)
+                candidate.content, candidate.vector = joined(kept), None
                 candidate.confidence = round(float(max(p[i], scores.max())), 4)
         # A sentence the grammar did not read as the user's needs more than the usual bar.
         bar = self.sentence_bar if self.sentence_bar is not None else 1.0

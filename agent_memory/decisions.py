@@ -223,13 +223,24 @@ class Decider:
         if not keep:
             return self.result
         records = [self._record(c) for c in keep]
-        # One batched model call for every candidate; the same vectors are compared and stored.
-        self.service.embed_records(records)
+        # One batched model call for every candidate (but those whose vector the extractor computed
+        # of the same text); the same vectors are compared and stored.
+        self._reuse_vectors(keep, records)
+        self.service.embed_records([r for r in records if r.vector is None])
         stored = {r.id: r for r in self.service.store.get_memories(self.scope, [r.id for r in records], with_vectors=True)}
         for candidate, record in zip(keep, records, strict=True):
             self._decide(candidate, record, stored.get(record.id))
         self._apply()
         return self.result
+
+    def _reuse_vectors(self, candidates: Sequence[ProposedMemory], records: Sequence[MemoryRecord]) -> None:
+        known = [(r, c.vector) for c, r in zip(candidates, records, strict=True)
+                 if c.vector is not None and r.vector_text == c.content]
+        if not known or self.service.embedder is None:
+            return
+        shares = self.service.embedder.oov_shares([r.vector_text for r, _ in known])
+        for (record, vector), share in zip(known, shares, strict=True):
+            record.vector, record.oov = [float(x) for x in vector], float(share)
 
     def _record(self, candidate: ProposedMemory) -> MemoryRecord:
         message = candidate.message

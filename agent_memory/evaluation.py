@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -222,7 +224,9 @@ def _ratio(a: int, b: int) -> float:
     return round(a / b, 4) if b else 1.0
 
 
-def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *, org_id: str = "eval") -> dict[str, Any]:
+def evaluate_extraction(
+    service: Any, cases: list[dict[str, Any]], mode: str, *, org_id: str = "eval", extractor: Any = None,
+) -> dict[str, Any]:
     """Run extraction on every case (one fresh user each) and score the active memories it leaves.
 
     precision: share of extracted active memories that state an expected fact and no forbidden one;
@@ -230,9 +234,10 @@ def evaluate_extraction(service: Any, cases: list[dict[str, Any]], mode: str, *,
     facts that no active memory states any more (except one that also states the newer fact);
     flips_done: share of `flips` ({"old", "new"}) whose old fact is retired and whose new fact is
     stored; whole_turns: active memories that are a whole user turn of two or more sentences (a
-    memory should state the fact, not the turn with the request in it).
+    memory should state the fact, not the turn with the request in it). `extractor` replaces the
+    mode's own: the same decisions and scores, another source of candidates.
     """
-    extractor = build_extractor(service.settings, mode)  # type: ignore[arg-type]
+    extractor = extractor or build_extractor(service.settings, mode, service.embedder)  # type: ignore[arg-type]
     base = datetime(2025, 1, 1, tzinfo=timezone.utc)
     totals: dict[str, dict[str, int]] = {}
     failures: list[dict[str, str]] = []
@@ -300,4 +305,145 @@ def format_extraction_table(reports: list[dict[str, Any]]) -> str:
             lines.append(f"{report['mode']:<10} {name:<5} {r['precision']:>9.3f} {r['recall']:>7.3f} {r['flips_retired']:>6.2f} "
                          f"{r['flips_done_share']:>7.2f} {r['forbidden_hits']:>9} {r['whole_turns']:>5} "
                          f"{r['extracted']:>9} {r['expected']:>8}  {r['cases']}")
+    return "\n".join(lines)
+
+
+# -- per-turn gold facts (Multi-Session Chat, LoCoMo's observations) ---------------------------
+
+
+def load_fact_dialogues(path: str | Path, *, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Read a set of dialogues whose turns carry the fact each states: one JSON object a line,
+    `{"id", "turns": [{"role": "user"|"assistant", "content", "fact"}]}` (`fact` empty when the
+    turn states none). `only` keeps the dialogues of those ids."""
+    wanted = set(only) if only is not None else None
+    dialogues = []
+    for number, item in _json_lines(path):
+        turns = item.get("turns") if isinstance(item, dict) else None
+        if not isinstance(turns, list) or not turns or not all(
+            isinstance(t, dict) and t.get("role") in ("user", "assistant") and isinstance(t.get("content"), str)
+            and isinstance(t.get("fact", ""), str) for t in turns
+        ):
+            raise InvalidInputError(f"{path}:{number}: needs turns, each with a role (user or assistant), content and fact")
+        item.setdefault("id", f"line-{number}")
+        if wanted is None or item["id"] in wanted:
+            dialogues.append(item)
+    if not dialogues:
+        raise InvalidInputError(f"{path}: no dialogues")
+    return dialogues
+
+
+def observation_dialogues(history_path: str | Path, observations_path: str | Path) -> list[dict[str, Any]]:
+    """LoCoMo's conversations as fact dialogues: each conversation once per speaker, that speaker
+    as the user and the other as the assistant, every turn of theirs carrying the facts that the
+    observations of that speaker cite it as evidence for (joined). Both speakers are people, so
+    both are scored; a fact cited on the other speaker's turn is left out (it is not said there)."""
+    messages: dict[str, list[dict[str, Any]]] = {}
+    for _, row in _json_lines(history_path):
+        messages.setdefault(str(row["user_id"]), []).append(row)
+    facts: dict[tuple[str, str, str], list[str]] = {}
+    for _, obs in _json_lines(observations_path):
+        for evidence in obs.get("evidence") or []:
+            facts.setdefault((str(obs["user_id"]), str(obs["speaker"]), str(evidence)), []).append(str(obs["fact"]))
+    dialogues = []
+    for conversation, rows in sorted(messages.items()):
+        for speaker in sorted({str(r.get("name")) for r in rows}):
+            turns = [{"role": "user" if r.get("name") == speaker else "assistant", "content": r["content"],
+                      "fact": " ".join(facts.get((conversation, speaker, str(r["message_id"])), [])) if r.get("name") == speaker else "",
+                      "session_id": r.get("session_id"), "created_at": r.get("created_at")} for r in rows]
+            dialogues.append({"id": f"{conversation}:{speaker}", "turns": turns})
+    if not dialogues:
+        raise InvalidInputError(f"{history_path}: no conversations")
+    return dialogues
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def token_f1(a: str, b: str) -> float:
+    """Token F1 between two texts, over lower-cased word tokens (counted with repeats)."""
+    x, y = Counter(_WORD.findall(a.lower())), Counter(_WORD.findall(b.lower()))
+    common = sum((x & y).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(x.values()), common / sum(y.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def _fact_messages(user_id: str, dialogue: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A dialogue's turns as messages grouped by session, in order, each turn a minute (or, where
+    its session gives a time, a second) after the one before."""
+    base = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for i, turn in enumerate(dialogue["turns"]):
+        given = turn.get("created_at")
+        at = datetime.fromisoformat(given) + timedelta(seconds=i) if given else base + timedelta(minutes=i)
+        sessions.setdefault(str(turn.get("session_id") or "s1"), []).append(
+            {"role": turn["role"], "content": turn["content"], "message_id": f"{user_id}:t{i}", "created_at": at.isoformat()})
+    return list(sessions.items())
+
+
+def evaluate_facts(
+    service: Any, dialogues: list[dict[str, Any]], mode: str, *, org_id: str = "eval", extractor: Any = None,
+) -> dict[str, Any]:
+    """Run extraction on every dialogue (one fresh user each) and score it turn by turn against the
+    facts the turns carry. A user turn *yielded* a memory when a memory (active or not) holds it in
+    its source ids.
+
+    precision: of the user turns that yielded a memory, the share that carry a fact; recall: of the
+    user turns that carry a fact, the share that yielded a memory; content_f1: the mean, over turns
+    that yielded a memory and carry a fact, of the best token F1 between a memory of the turn and
+    its fact; base_rate: the share of user turns that carry a fact (the precision of storing every
+    turn).
+    """
+    extractor = extractor or build_extractor(service.settings, mode, service.embedder)  # type: ignore[arg-type]
+    counts = {"user_turns": 0, "with_fact": 0, "yielded": 0, "correct": 0, "memories": 0}
+    f1s: list[float] = []
+    for index, dialogue in enumerate(dialogues):
+        user_id = f"dialogue-{index}"
+        records = []
+        for session_id, messages in _fact_messages(user_id, dialogue):
+            records += service.message_records(org_id, user_id, session_id, messages)
+        service.log_messages(org_id, records)
+        extract_and_store(service, org_id, records, mode, actor="eval", extractor=extractor)  # type: ignore[arg-type]
+        memories, cursor = [], None
+        while True:
+            page = service.list(Scope.user(org_id, user_id), limit=1000, cursor=cursor, status=None)
+            memories += page.records
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        counts["memories"] += len(memories)
+        by_turn: dict[str, list[str]] = {}
+        for memory in memories:
+            for source in memory.source_ids:
+                by_turn.setdefault(source, []).append(memory.content)
+        for i, turn in enumerate(dialogue["turns"]):
+            if turn["role"] != "user":
+                continue
+            fact = turn.get("fact", "").strip()
+            made = by_turn.get(f"{user_id}:t{i}", [])
+            counts["user_turns"] += 1
+            counts["with_fact"] += bool(fact)
+            counts["yielded"] += bool(made)
+            counts["correct"] += bool(made and fact)
+            if made and fact:
+                f1s.append(max(token_f1(content, fact) for content in made))
+    return {
+        "mode": mode, "dialogues": len(dialogues),
+        "precision": _ratio(counts["correct"], counts["yielded"]),
+        "recall": _ratio(counts["correct"], counts["with_fact"]),
+        "content_f1": round(sum(f1s) / len(f1s), 4) if f1s else 0.0,
+        "base_rate": _ratio(counts["with_fact"], counts["user_turns"]),
+        **counts,
+    }
+
+
+def format_facts_table(reports: list[dict[str, Any]]) -> str:
+    """The turn-level figures of `evaluate_facts`, one row a mode."""
+    lines = [f"{'mode':<6} {'precision':>9} {'base rate':>9} {'recall':>6} {'content F1':>10} "
+             f"{'user turns':>10} {'with fact':>9} {'yielded':>7}  dialogues"]
+    for r in reports:
+        lines.append(f"{r['mode']:<6} {r['precision']:>9.3f} {r['base_rate']:>9.3f} {r['recall']:>6.3f} "
+                     f"{r['content_f1']:>10.3f} {r['user_turns']:>10} {r['with_fact']:>9} {r['yielded']:>7}  "
+                     f"{r['dialogues']}")
     return "\n".join(lines)

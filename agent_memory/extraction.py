@@ -3,7 +3,10 @@
 `extract_and_store` is the one entry point of the conversation endpoint and of imports. Per mode:
 
 - `raw`: every turn becomes one episodic memory (the service's `raw_memories`);
-- `rules`: the offline patterns of `agent_memory.rules`;
+- `rules`: the offline patterns of `agent_memory.rules`, each candidate's confidence set by the
+  learned decision (`agent_memory.decision`: the probability that it states a durable fact about the
+  user), so that `extraction_min_confidence` decides what is stored (`extraction_decision = rules`
+  keeps the rules' own confidences);
 - `llm`: the configured OpenAI-compatible model (`agent_memory.llm`).
 
 Each proposed memory (a candidate) is then compared with the user's closest active memories and
@@ -33,7 +36,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
+from agent_memory.decision import DecidedExtractor
 from agent_memory.decisions import Decider, ExtractionResult
+from agent_memory.embedding.base import Embedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.llm import LLMExtractor
 from agent_memory.models import MemoryRecord, MessageRecord, Scope, turn_order
@@ -56,12 +61,15 @@ class Extractor(Protocol):
         ...
 
 
-def build_extractor(settings: Any, mode: Mode) -> Extractor | None:
-    """The extractor of a mode (None for `raw`); `llm` needs an LLM in the settings."""
+def build_extractor(settings: Any, mode: Mode, embedder: Embedder | None = None) -> Extractor | None:
+    """The extractor of a mode (None for `raw`); `llm` needs an LLM in the settings. Offline, the
+    learned decision reads each candidate through `embedder` (without one, its signals alone)."""
     if mode == "raw":
         return None
     if mode == "rules":
-        return RulesExtractor()
+        if settings.extraction.decision == "rules":
+            return RulesExtractor()
+        return DecidedExtractor.bundled(embedder)
     if mode == "llm":
         return LLMExtractor.from_settings(settings)
     raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -90,7 +98,7 @@ def extract_and_store(
             raise InvalidInputError("every message must belong to the org being written")
         by_user.setdefault(message.user_id, []).append(message)
     if mode != "raw" and extractor is None:
-        extractor = build_extractor(service.settings, mode)
+        extractor = build_extractor(service.settings, mode, service.embedder)
     for user_id, user_messages in by_user.items():
         ordered = sorted(user_messages, key=lambda m: (m.created_at, m.session_id, turn_order(m.created_at, m.message_id)))
         if mode == "raw":

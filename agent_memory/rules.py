@@ -56,6 +56,8 @@ class ProposedMemory:
     restates: str | None = None
     contradicts: str | None = None
     context: str | None = None
+    # The embedding of `content`, where what proposed it already computed one (stored as is).
+    vector: Sequence[float] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""`agent-memory eval`: recall@k and MRR on a labelled set, or extraction's precision and recall, each
-in a temporary store."""
+"""`agent-memory eval`: recall@k and MRR on a labelled set, or extraction's precision and recall (on a
+cases file, or turn by turn against per-turn facts), each in a temporary store."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ EXIT_USAGE = 2
 @click.option("--history", default=None, metavar="PATH", help="The history to import (JSONL, CSV or Parquet).")
 @click.option("--questions", default=None, metavar="PATH", help="The labelled questions (JSONL).")
 @click.option("--extraction", default=None, metavar="CASES", help="Score extraction on a cases file instead.")
+@click.option("--facts", default=None, metavar="DIALOGUES",
+              help="Score extraction turn by turn against the fact each turn states (JSONL dialogues).")
+@click.option("--observations", default=None, metavar="FOLDER",
+              help="The same on LoCoMo's observations (FOLDER/history.jsonl and FOLDER/observations.jsonl).")
 @click.option("--top-k", type=int, default=10, show_default=True)
 @click.option("--mode", default="raw", show_default=True, type=click.Choice(["raw", "rules", "llm"]))
 @click.option("--query-precision", default=None, type=click.Choice(["fp32", "int8"]),
@@ -28,15 +32,20 @@ EXIT_USAGE = 2
                    "(default: that setting).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @store_options()
-def evaluate(history: str | None, questions: str | None, extraction: str | None, top_k: int, mode: str,
-             query_precision: str | None, as_json: bool, org_id: str, storage_uri: str | None, **_: Any) -> int:
+def evaluate(history: str | None, questions: str | None, extraction: str | None, facts: str | None,
+             observations: str | None, top_k: int, mode: str, query_precision: str | None, as_json: bool,
+             org_id: str, storage_uri: str | None, **_: Any) -> int:
     """Recall@k and MRR of a labelled set of questions over a history, in a temporary store; or, with
-    --extraction, the precision and recall of memory extraction on a cases file."""
+    --extraction, the precision and recall of memory extraction on a cases file; or, with --facts or
+    --observations, extraction scored turn by turn against the facts the turns state."""
     config = settings(storage_uri)
     if extraction:
         return _extraction(config, extraction, org_id, as_json)
+    if facts or observations:
+        return _facts(config, facts, observations, org_id, as_json)
     if not history or not questions:
-        print("eval needs --history and --questions (or --extraction CASES.jsonl)", file=sys.stderr)
+        print("eval needs --history and --questions (or --extraction CASES.jsonl, --facts DIALOGUES.jsonl, "
+              "--observations FOLDER)", file=sys.stderr)
         return EXIT_USAGE
     from agent_memory.embedding import build_embedder
     from agent_memory.errors import InvalidInputError
@@ -95,4 +104,37 @@ def _extraction(config: Any, cases_path: str, org_id: str, as_json: bool) -> int
         print(format_extraction_table(reports))
         if not config.llm.configured:
             print("(llm: not configured; set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL to score it)")
+    return 0
+
+
+def _facts(config: Any, facts: str | None, observations: str | None, org_id: str, as_json: bool) -> int:
+    """Per-turn precision, recall, content F1 and base rate of offline extraction (and of the LLM
+    when configured): of the user turns that yielded a memory, the share that state a fact; of
+    those that state one, the share that yielded one."""
+    from pathlib import Path
+
+    from agent_memory.evaluation import (
+        evaluate_facts,
+        format_facts_table,
+        load_fact_dialogues,
+        observation_dialogues,
+    )
+    from storage.connect import open_service
+
+    if facts:
+        dialogues = load_fact_dialogues(facts)
+    else:
+        folder = Path(str(observations))
+        dialogues = observation_dialogues(folder / "history.jsonl", folder / "observations.jsonl")
+    modes = ["rules", "llm"] if config.llm.configured else ["rules"]
+    reports = []
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
+            scratch = config.replace(storage_uri=os.path.join(tmp, "lancedb"))
+            with open_service(scratch) as service:
+                reports.append(evaluate_facts(service, dialogues, mode, org_id=org_id))
+    if as_json:
+        print_json({r["mode"]: r for r in reports})
+    else:
+        print(format_facts_table(reports))
     return 0

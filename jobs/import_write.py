@@ -86,7 +86,7 @@ class ImportWriter:
         """`rules`/`llm`: the logged turns through extraction, one (org, user) at a time, in conversation order."""
         if self.service is None or self.turns is None:
             return
-        extractor = build_extractor(self.service.settings, mode)
+        extractor = build_extractor(self.service.settings, mode, self.service.embedder)
         for (org_id, _user), turns in sorted(self.turns.items()):
             turns.sort(key=lambda m: (m.created_at, m.session_id, turn_order(m.created_at, m.message_id)))
             extracted = extract_and_store(self.service, org_id, turns, mode, actor=self.actor, extractor=extractor)

@@ -24,10 +24,9 @@ from agent_memory.clauses import (
     retracts,
     subject,
 )
-from agent_memory.gloss import gloss
 from agent_memory.models import MessageRecord
 from agent_memory.rules import ProposedMemory
-from agent_memory.text import is_chinese, terms
+from agent_memory.text import gloss, is_chinese, terms
 
 # What proposed the candidate: the family of the rule that matched, or the clause grammar.
 SOURCES = ("flip", "instruction", "identity", "preference", "event", "project", "clause", "clause.flip",
@@ -130,5 +129,5 @@ def signals(candidate: ProposedMemory, context: Context) -> list[float]:
 
 def embedded_text(text: str) -> str:
     """The text the embedding model reads for a candidate: Chinese through its English gloss
-    (`agent_memory.gloss`), so that the text head trained mostly on English decides it as well."""
+    (`agent_memory.text.gloss`), so that the text head trained mostly on English decides it as well."""
     return gloss(text) if is_chinese(text) else text

@@ -6,9 +6,9 @@
   start prints a line for each long phase and no line of the libraries; each curl answers the
   status its comment gives (200 where none) and the documented search answer; the command-line
   block runs through the server, as the README says to (`AGENT_MEMORY_URL`), each command
-  answering what it says, the Chinese search finding its memory; the Python snippet runs; then
-  the server stops cleanly on SIGTERM. Only the port is changed: `localhost:8000` and
-  `127.0.0.1:8000` become the test's.
+  answering what it says, the Chinese search finding its memory; the Python snippet runs and writes
+  nothing on standard error; then the server stops cleanly on SIGTERM. Only the port is changed:
+  `localhost:8000` and `127.0.0.1:8000` become the test's.
 """
 
 from __future__ import annotations
@@ -239,9 +239,9 @@ def test_the_readme_runs_as_written(own_stack: list[subprocess.Popen[bytes]], tm
     _check_curl_block(clone, port)
     _check_cli_block(clone, port, bin_dir)
     snippet = _block_with("python", "from agent_memory import open_service")
-    # Its stderr is the libraries' (the model's loading bar): the Python API leaves logging to its caller.
-    out, _ = _run(snippet + "\nprint(hits[0].content)\n", cwd=clone, env=_env_here(), executable=sys.executable)
+    out, err = _run(snippet + "\nprint(hits[0].content)\n", cwd=clone, env=_env_here(), executable=sys.executable)
     assert out.strip() == "Refunds need two approvals", out
+    assert err == "", err[-3000:]  # no line of the libraries, the model's loading bar included
     (server,) = own_stack
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=180) == 0, (logs / "out.log").read_text()[-3000:]

@@ -29,7 +29,7 @@ run: $(STAMP)
 	$(PY) -m cli.main serve --load-sample$(if $(PORT), --port $(PORT))
 
 test: $(STAMP)
-	@echo "the linters, then the whole suite: about 20 minutes on an idle 2-core machine, up to 40 on a busy one"
+	@echo "the linters, then the whole suite: about 23 minutes on a 2-core machine, up to 40 on a busy one"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest

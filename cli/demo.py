@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 
+from agent_memory.errors import UnavailableError
 from agent_memory.settings import Settings
 from jobs.importer import import_into
 from storage.connect import open_service
@@ -30,17 +31,31 @@ DEMO_QUESTIONS = (
 
 def load_sample(settings: Settings) -> None:
     """Extract the sample history into the configured store (offline rules) unless it holds memories already."""
+    uri = settings.storage.uri
+    if held := held_memories(settings):
+        print(f"{uri} already holds {held:,} memories; not loading the sample again", flush=True)
+        return
+    with SAMPLE.open(encoding="utf-8") as lines:
+        count = sum(1 for line in lines if line.strip())
+    print(f"loading the sample ({count:,} messages of examples/{SAMPLE.name}) into {uri}: "
+          "the model, then offline extraction, about a minute ...", flush=True)
     with open_service(settings, with_maintenance=True) as service:
-        if service.stats()["memories"]["total"]:
-            print(f"{settings.storage.uri} already holds memories; not loading the sample again")
-            return
-        print(f"loading {SAMPLE.name} into {settings.storage.uri} ...", flush=True)
         # Into org `default`: without API keys, that is the org every HTTP request belongs to.
         # The memories are what the users said of themselves, not every turn ("Hello! How can I
         # help?" is none).
         report = import_into(service, SAMPLE, org_id="default", force_org=True, mode=SAMPLE_MODE)
         service.maintenance.optimize()
-        print(f"  {report.messages_logged} messages, {report.memories_written} memories in {report.duration_s:.1f} s")
+    print(f"  {report.messages_logged} messages, {report.memories_written} memories in {report.duration_s:.1f} s",
+          flush=True)
+
+
+def held_memories(settings: Settings) -> int:
+    """How many memories the store holds, without loading the model; 0 where it has no tables yet."""
+    try:
+        with open_service(settings, with_embedder=False, with_maintenance=True) as service:
+            return int(service.stats()["memories"]["total"])
+    except UnavailableError:  # no memories table: a new store (a store out of reach fails the import next)
+        return 0
 
 
 def show_recall(url: str) -> None:

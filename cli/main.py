@@ -19,10 +19,11 @@ HELP = """Long-term memory for LLM agents.
 
 \b
 The data commands (add, search, forget, restore, export, import, jobs show) go through the HTTP
-API of a running server when --url or AGENT_MEMORY_URL names one, in a second or so; otherwise
-they open the store (--storage-uri, AGENT_MEMORY_STORAGE_URI) in this process, and add, search
-and import load the model there. Each command's --help says where it runs. -v, before or after
-the command, shows the libraries' logs.
+API of a running server when --url or AGENT_MEMORY_URL names one, in a second or so; otherwise,
+or where --storage-uri is given on the command line, they open the store (--storage-uri,
+AGENT_MEMORY_STORAGE_URI) in this process, and add, search and import load the model there. The
+others ([store] below) always work on the store directly. Each command's --help says where it
+runs. -v, before or after the command, shows the libraries' logs.
 """
 
 # The errors a command may end with: the core's (agent_memory.errors) and the HTTP client's

@@ -7,6 +7,7 @@ neither the store, Ray nor the model.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +36,8 @@ STORE_OR_SERVER = ("Runs through the HTTP API of the server --url names (or AGEN
 def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
         ctx.meta[VERBOSE] = True  # one dictionary for the group's context and its commands'
+        # The model's loading bar and log lines, which the embedder keeps off otherwise.
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "info")
 
 
 def _verbose_option() -> click.Option:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import click
@@ -51,7 +52,7 @@ def serve(ctx: click.Context, **options: Any) -> int:
     the server stops as on a first signal, then ends whatever is left of its session.
     """
     if os.environ.get(SUPERVISED) == "1":
-        return _serve(**options)
+        return _serve(verbose=bool(ctx.meta.get(VERBOSE)), **options)
     argv = (ctx.find_root().obj or {}).get("argv", sys.argv[1:])
     supervisor = Supervisor()
     # Before the child exists: from here on a signal stops the server, never this process alone.
@@ -104,9 +105,18 @@ def stop_signals() -> list[signal.Signals]:
 
 
 def _serve(*, host: str | None, port: int | None, config: str | None, load_sample: bool, address: str | None,
-           storage_uri: str | None, org_id: str | None) -> int:
-    """The server itself, in the supervisor's child: Ray, Serve and the app, until a stop signal."""
+           storage_uri: str | None, org_id: str | None, verbose: bool) -> int:
+    """The server itself, in the supervisor's child: Ray, Serve and the app, until a stop signal.
+
+    It says what it does in a line for each long phase (the sample, Ray, the Serve app); Ray's and
+    Serve's own log lines in this process (their start-up, the token notice, the stop) only with -v.
+    Errors stay, and so do the replicas' logs, which Ray keeps in its session directory.
+    """
+    import logging
     import warnings
+
+    if not verbose:
+        logging.disable(logging.WARNING)  # before Serve is imported: it logs as it finds HAProxy
 
     import ray
     from ray import serve
@@ -150,12 +160,16 @@ def _serve(*, host: str | None, port: int | None, config: str | None, load_sampl
         # The driver's store is closed before Ray forks its workers; LanceDB's fork warning is moot.
         warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
     env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **switches}}
+    url = f"http://{http['host']}:{http['port']}"
+    started = time.monotonic()
+    say(f"joining Ray at {address} ..." if address else "starting Ray (no dashboard) ...")
     ensure_ray(address, runtime_env=env)
     ask_stop()  # again: starting Ray put its own handlers, which end the process at once
+    say(f"starting the Serve app on {url}: its replicas load the model, about a minute ...")
     start(settings, serve_config, http,
           proxy_location=settings.serving.proxy_location or serve_config.get("proxy_location", "EveryNode"))
-    url = f"http://{http['host']}:{http['port']}"
-    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs)")
+    print(f"\nagent-memory is serving at {url}  (OpenAPI docs: {url}/docs), "
+          f"started in {time.monotonic() - started:.0f} s")
     print(f"{monitoring_line(switches, settings) or ''}\n")
     if load_sample:
         show_recall(url)

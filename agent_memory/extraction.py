@@ -5,7 +5,7 @@
 - `raw`: every turn becomes one episodic memory (the service's `raw_memories`);
 - `rules`: the offline patterns of `agent_memory.rules`, each candidate's confidence set by the
   learned decision (`agent_memory.decision`: the probability that it states a durable fact about the
-  user), so that `extraction_min_confidence` decides what is stored (`extraction_decision = rules`
+  user, blended with its rule's confidence), so that `extraction_min_confidence` decides what is stored (`extraction_decision = rules`
   keeps the rules' own confidences);
 - `llm`: the configured OpenAI-compatible model (`agent_memory.llm`).
 

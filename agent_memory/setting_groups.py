@@ -151,8 +151,8 @@ class ExtractionSettings(Group):
     decision: Literal["learned", "rules"] = env(
         "extraction_decision", "learned",
         description="What sets an offline candidate's confidence: `learned`, the bundled model's probability that it "
-                    "states a durable fact about the user (agent_memory/decision/CARD.md); `rules`, the rule that "
-                    "proposed it.")
+                    "states a durable fact about the user, blended with its rule's (agent_memory/decision/CARD.md); `rules`, "
+                    "the rule that proposed it.")
     reinforce_lexical: float = env(
         "extraction_reinforce_lexical", 0.7, gt=0, le=1,
         description="Term overlap (Dice) at which a candidate reinforces an active memory instead of adding a copy.")

@@ -10,6 +10,7 @@ side by side in one run, with extraction's speed (user turns a second):
     python -m benchmarks.extraction_facts --cases benchmarks/data/extraction4/heldout.jsonl
     ... --decision learned --decision rules  # which decisions (default: both)
     ... --model model.json                    # another learned model than the bundled one
+    ... --rule-weight 0.3                     # the rule's share of a candidate's confidence
     ... --threshold 0.7                       # extraction_min_confidence
     ... --save NAME                           # write benchmarks/results/NAME.json
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.decision import BUNDLED, DecidedExtractor, DecisionModel
+from agent_memory.decision.extractor import RULE_WEIGHT
 from agent_memory.evaluation import (
     evaluate_extraction,
     evaluate_facts,
@@ -67,6 +69,8 @@ def main() -> None:
                         help="with learned, also propose the sentences the rules leave out, kept at this probability")
     parser.add_argument("--drop-below", type=float, default=0.0,
                         help="with learned, leave a statement's clauses under this probability out of it")
+    parser.add_argument("--rule-weight", type=float, default=None,
+                        help="with learned, the share of a candidate's confidence that is its rule's own (default: the bundled)")
     parser.add_argument("--threshold", type=float, default=None, help="extraction_min_confidence (default: the setting's)")
     parser.add_argument("--save", help="write the figures to benchmarks/results/NAME.json")
     args = parser.parse_args()
@@ -84,6 +88,7 @@ def main() -> None:
         sets.append(("locomo", dialogues[: args.limit] if args.limit else dialogues))
     for path in args.cases:
         sets.append((f"cases:{path}", load_extraction_cases(path)))
+    weight = {} if args.rule_weight is None else {"rule_weight": args.rule_weight}
     runs: dict[str, dict[str, Any]] = {}
     for name, items in sets:
         for decision in args.decision or ["learned", "rules"]:
@@ -92,7 +97,7 @@ def main() -> None:
                 with open_service(scratch) as service:
                     service.embedder.embed_batch(["warm up"])  # the model's load is not extraction's time
                     extractor = (DecidedExtractor(model, service.embedder, sentence_bar=args.sentence_bar,
-                                                  drop_below=args.drop_below) if decision == "learned" else None)
+                                                  drop_below=args.drop_below, **weight) if decision == "learned" else None)
                     if name.startswith("cases:"):
                         report, seconds = timed(evaluate_extraction, service, items, "rules", extractor=extractor)
                         report.pop("failures", None)
@@ -103,6 +108,7 @@ def main() -> None:
             runs.setdefault(name, {})[decision] = report
             print(name, decision, json.dumps(report, ensure_ascii=False))
     payload = {"model": args.model or "bundled", "sentence_bar": args.sentence_bar, "drop_below": args.drop_below,
+               "rule_weight": weight.get("rule_weight", RULE_WEIGHT),
                "min_confidence": settings.extraction.min_confidence, "runs": runs}
     if args.save:
         write_result(args.save, payload)

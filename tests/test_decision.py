@@ -95,6 +95,19 @@ def test_sentences_the_rules_leave_out_are_proposed_where_the_model_reads_them()
         c.content for c in RulesExtractor().extract(messages)]
 
 
+def test_a_candidate_s_confidence_blends_the_model_s_probability_with_its_rule_s() -> None:
+    messages = _messages(("user", "I work as a nurse and I love hiking."), ("user", "Scratch that, I hate hiking now."))
+    model = DecisionModel.load(BUNDLED)
+    rules = RulesExtractor().extract(messages)
+    alone = DecidedExtractor(model, None, rule_weight=0.0).extract(messages)
+    blended = DecidedExtractor(model, None, rule_weight=0.2).extract(messages)
+    assert [c.content for c in blended] == [c.content for c in rules] and any(c.retracts for c in rules)
+    for rule, p, c in zip(rules, alone, blended, strict=True):
+        mixed = 0.8 * p.confidence + 0.2 * rule.confidence
+        floor = rule.confidence if rule.retracts else 0.0  # a change of mind keeps at least its rule's
+        assert c.confidence == pytest.approx(max(mixed, floor), abs=1e-3)
+
+
 def test_the_bundled_decision_keeps_facts_and_drops_chit_chat(embedder: Embedder) -> None:
     messages = _messages(
         ("assistant", "Hi! How are you today?"),

@@ -13,9 +13,10 @@ English gloss):
   diabetes.").
 
 Each candidate's confidence becomes the model's probability that it states a durable fact about
-the user; extraction then stores only those at or above `extraction_min_confidence`. A change of
-mind and an instruction keep at least the confidence their rule gave: who takes back what, and
-what the agent is told to do, stay the grammar's to decide.
+the user, blended with the confidence its rule gave (`RULE_WEIGHT` of it: a rule that is more sure
+lets a borderline probability through); extraction then stores only those at or above
+`extraction_min_confidence`. A change of mind and an instruction keep at least the confidence their
+rule gave: who takes back what, and what the agent is told to do, stay the grammar's to decide.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ _COVERED = 0.5
 _JOINED = re.compile(r"^\s*(?:and|but|so|then|because|although|though|while|whereas|even though|plus)\b[\s,]*",
                      re.IGNORECASE)
 _SEPARATORS = ",，;；:：—– "
+# The share of a candidate's confidence that is its rule's own, the rest the model's probability
+# (chosen on the dev halves and Multi-Session Chat's training dialogues, see the card).
+RULE_WEIGHT = 0.2
 
 
 def _left_out(sentence: str, proposed: list[set[str]]) -> bool:
@@ -122,7 +126,8 @@ def score(model: DecisionModel, candidates: Sequence[ProposedMemory], messages: 
 
 
 class DecidedExtractor:
-    """The rules extractor's candidates (and the sentences it leaves out), confidence set by the model.
+    """The rules extractor's candidates (and the sentences it leaves out), confidence set by the model
+    and, for `rule_weight` of it, by the rule that proposed each.
 
     A sentence the rules leave out is proposed only with `sentence_bar` (None: never) and kept only
     where its probability reaches that bar, higher than the one extraction holds candidates to: the
@@ -137,12 +142,13 @@ class DecidedExtractor:
     name = "rules"
 
     def __init__(self, model: DecisionModel, embedder: Embedder | None, *, rules: RulesExtractor | None = None,
-                 sentence_bar: float | None = None, drop_below: float = 0.0) -> None:
+                 sentence_bar: float | None = None, drop_below: float = 0.0, rule_weight: float = RULE_WEIGHT) -> None:
         self.model = model
         self.embedder = embedder
         self.rules = rules or RulesExtractor()
         self.sentence_bar = sentence_bar
         self.drop_below = drop_below
+        self.rule_weight = rule_weight
 
     @classmethod
     def bundled(cls, embedder: Embedder | None, **options: object) -> DecidedExtractor:
@@ -150,7 +156,8 @@ class DecidedExtractor:
         return cls(DecisionModel.load(BUNDLED), embedder, **options)  # type: ignore[arg-type]
 
     def extract(self, messages: Sequence[MessageRecord], existing: Sequence[object] = ()) -> list[ProposedMemory]:
-        """Candidates in message order, each with the model's probability as its confidence."""
+        """Candidates in message order, each with the model's probability (blended with its rule's
+        confidence) as its confidence."""
         candidates = proposals(messages, self.rules, sentences_too=self.sentence_bar is not None)
         split = [parts(c) for c in candidates]
         flat = [*candidates, *(p for ps in split for p in ps)]
@@ -160,7 +167,10 @@ class DecidedExtractor:
             # A change of mind and an instruction are the grammar's to find: the model may raise
             # their confidence, not take them back from what the rule gave.
             floor = candidate.confidence if _grammar_decides(candidate) else 0.0
-            candidate.confidence = round(max(float(p[i]), floor), 4)
+            # A sentence the rules left out has no rule's confidence to blend.
+            weight = 0.0 if candidate.rule == "sentence" else self.rule_weight
+            blended = (1 - weight) * float(p[i]) + weight * candidate.confidence
+            candidate.confidence = round(max(blended, floor), 4)
             pieces, scores = split[i], p[at:at + len(split[i])]
             at += len(pieces)
             raw = _pieces(candidate.content) if pieces else []

@@ -62,11 +62,14 @@ class EmbeddingSettings(Group):
 
     model: str = env("embedding_model", BUNDLED_MODEL,
                      description="sentence-transformers name or path, or `openai:<model>` for an OpenAI-compatible endpoint.")
-    device: Literal["auto", "cpu", "cuda"] = env("embedding_device", "auto", description="`auto`: CUDA where there is one.")
+    device: Literal["auto", "cpu", "cuda"] = env("embedding_device", "auto", description=(
+        "`auto`: CUDA where torch sees a device, else CPU. `cuda` where torch sees none: `serve` and `import` "
+        "refuse to start."))
     backend: Literal["auto", "torch", "onnx"] = env(
         "embedding_backend", "auto",
         description="Local models on CPU run on ONNX Runtime (`auto`), the same vectors with less overhead a call; "
-                    "`torch` keeps PyTorch; GPUs always use torch.")
+                    "`torch` keeps PyTorch. On CUDA, `auto` runs torch in half precision and `onnx` ONNX Runtime's "
+                    "GPU build (the `gpu` extra).")
     batch_size: int = env("embedding_batch_size", 64, ge=1, le=4096, description="Texts per model call.")
     base_url: str | None = env("embedding_base_url", None, description="Endpoint of an `openai:` model (default: the LLM's).")
     api_key: str | None = env("embedding_api_key", None, description="Key of that endpoint (default: the LLM's).")

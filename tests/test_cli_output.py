@@ -30,12 +30,27 @@ def _env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ("AGENT_MEMORY_URL", "AGENT_MEMORY_API_KEY", "AGENT_MEMORY_STORAGE_URI", "RAY_ADDRESS",
                           "PYTHONWARNINGS")}
-    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), **extra}
+    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]),
+            **extra}
 
 
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cli.main", *argv], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
+
+
+@pytest.mark.store  # the commands import torch to look for the device
+def test_a_gpu_asked_for_where_there_is_none_stops_serve_and_import_at_start(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"), AGENT_MEMORY_EMBEDDING_DEVICE="cuda")
+    for argv in (("import", str(SAMPLE)), ("serve", "--port", "18991")):
+        done = _cli(*argv, env=env)
+        assert done.returncode == 1, f"{argv[0]}: {done.stderr[-2000:]}"
+        assert "AGENT_MEMORY_EMBEDDING_DEVICE is cuda, but torch" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "lancedb").exists(), "nothing was written before the refusal"
 
 
 @pytest.mark.store  # the commands load the model, open LanceDB and start a Ray of their own

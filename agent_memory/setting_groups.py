@@ -81,10 +81,12 @@ class EmbeddingSettings(Group):
         description="Where search embeds its queries: in the ingress replica (`local`), through the Embedder "
                     "deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.")
     query_precision: Literal["fp32", "int8"] = env(
-        "query_embedding_precision", "fp32",
+        "query_embedding_precision", "int8",
         description="`int8`: the ingress's query model with int8 MatMul weights (ONNX Runtime on CPU only), about "
-                    "40% of the exact graph's CPU per query, vectors at cosine ~0.99 to the exact model's. What is "
-                    "stored is always embedded exactly (docs/serving.md).")
+                    "40% of the exact graph's CPU per query, vectors at cosine ~0.99 to the exact model's, recall@10 "
+                    "on the dev sets within 2 questions in 1,000 of `fp32`'s (docs/performance.md#query-precision). "
+                    "What is stored is always embedded exactly (docs/serving.md). With `embedding_backend` torch, "
+                    "unless set: `fp32`.")
     query_threads: int | None = env(
         "query_embedding_threads", None, ge=1, le=64,
         description="Threads of each model call of an ingress replica's query model; unset: 2 for the exact model, "
@@ -93,7 +95,9 @@ class EmbeddingSettings(Group):
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
         if self.query_precision == "int8" and self.backend == "torch":
-            raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
+            if "query_precision" in self.model_fields_set:
+                raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
+            object.__setattr__(self, "query_precision", "fp32")  # the default, where int8 cannot run
         return self
 
     def query_threads_at(self, precision: str) -> int:

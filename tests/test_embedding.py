@@ -134,9 +134,11 @@ def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransfor
     assert (refused.backend, refused.precision) == ("onnx", "fp32")
     assert np.abs(refused.embed_batch(queries) - exact).max() < 1e-5
 
-    # One thread by default for int8 queries (two for exact ones), unless set.
-    assert Settings(_env_file=None, query_embedding_precision="int8").embedding.query_model_threads == 1
-    assert Settings(_env_file=None).embedding.query_model_threads == 2
+    # int8 queries by default, on one thread (exact ones on two), unless set; exact where torch is asked for.
+    assert Settings(_env_file=None).embedding.query_precision == "int8"
+    assert Settings(_env_file=None).embedding.query_model_threads == 1
+    assert Settings(_env_file=None, query_embedding_precision="fp32").embedding.query_model_threads == 2
+    assert Settings(_env_file=None, embedding_backend="torch").embedding.query_precision == "fp32"
     assert Settings(_env_file=None, query_embedding_precision="int8", query_embedding_threads=3).embedding.query_model_threads == 3
     with pytest.raises(ValueError, match="embedding_backend must be auto or onnx"):
         Settings(_env_file=None, query_embedding_precision="int8", embedding_backend="torch")

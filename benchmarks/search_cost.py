@@ -20,6 +20,7 @@ only: the query model's CPU is all seen where it runs on the calling thread (one
 as the int8 query model does), part of it otherwise. The ratios matter, not the milliseconds.
 
     .venv/bin/python benchmarks/search_cost.py [--memories 200000 --users 2000 --requests 800 --name search_cost]
+    .venv/bin/python benchmarks/search_cost.py --in-process ...   # without Serve: the search's own parts
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ from benchmarks.serve_latency import WARM_UP, http_load, populate  # noqa: E402
 from storage import LanceStore  # noqa: E402
 
 # (part, pattern on one frame "function (file:line)"), first match wins for a frame.
+# py-spy names a frame "function (path:line)", the path relative to its sys.path entry.
 PARTS = [
-    ("query embedding", re.compile(r"/agent_memory/embedding/|onnxruntime|tokenizers|/transformers/")),
-    ("access bookkeeping", re.compile(r"/agent_memory/access\.py")),
-    ("scan", re.compile(r"/storage/|/lancedb/|/lance/|pyarrow")),
-    ("fusion and scoring", re.compile(r"/agent_memory/(recall|scoring)\.py")),
+    ("query embedding", re.compile(r"[(/]agent_memory/embedding/|onnxruntime|tokenizers|[(/]transformers/")),
+    ("access bookkeeping", re.compile(r"[(/]agent_memory/access\.py")),
+    ("scan", re.compile(r"[(/]storage/|[(/]lancedb/|[(/]lance/|pyarrow")),
+    ("fusion and scoring", re.compile(r"[(/]agent_memory/(recall|scoring)\.py")),
     ("serialisation", re.compile(r"model_dump|starlette/responses\.py|fastapi/encoders|JSONResponse")),
-    ("ingress: HTTP, validation, auth, JSON", re.compile(r"/serve_app/|fastapi/|starlette/|pydantic|uvicorn|h11|"
-                                                         r"/agent_memory/|/json/")),
-    ("Serve replica, asyncio, threads", re.compile(r"/ray/|asyncio|concurrent/futures|threading\.py|selectors")),
+    ("ingress: HTTP, validation, auth, JSON", re.compile(r"[(/]serve_app/|fastapi/|starlette/|pydantic|uvicorn|h11|"
+                                                         r"[(/]agent_memory/|[(/]json/")),
+    ("Serve replica, asyncio, threads", re.compile(r"[(/]ray/|asyncio|concurrent/futures|threading\.py|selectors")),
 ]
 
 
@@ -65,16 +67,27 @@ def part_of(stack: str) -> str:
     return "other"
 
 
+# A stack whose innermost frame waits (a lock, a condition, a future, a selector) is a thread that
+# py-spy caught blocked, not one spending CPU: left out.
+WAITING = re.compile(r"^(wait|_wait_for_tstate_lock|acquire|select|result|get|sleep) \(")
+
+
 def shares(raw: Path) -> dict[str, float]:
-    """Samples per part over all samples, from py-spy's raw output ("stack count" lines)."""
+    """Samples per part over the samples of running threads, from py-spy's raw output ("stack count" lines)."""
     counts: dict[str, int] = {}
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
+        leaf = stack.split(";")[-1].split(" (")[0].split(".")[-1] + " ("  # the innermost function's own name
+        if stack and count.isdigit() and not WAITING.match(leaf):
             part = part_of(stack)
             counts[part] = counts.get(part, 0) + int(count)
+            STACKS.setdefault(part, {}).setdefault(stack.split(";")[-1], 0)
+            STACKS[part][stack.split(";")[-1]] += int(count)
     total = sum(counts.values()) or 1
     return {part: counts[part] / total for part in sorted(counts, key=lambda p: -counts[p])} | {"_samples": total}
+
+
+STACKS: dict[str, dict[str, int]] = {}  # part -> innermost frame -> samples, for the results file
 
 
 def ingress_pid() -> int:
@@ -89,6 +102,66 @@ def ingress_pid() -> int:
     raise SystemExit("no ingress replica found")
 
 
+def in_process(args: argparse.Namespace, spy: Path) -> dict:
+    """Without Serve: 8 threads each taking a JSON body through validation, recall (the query
+    batcher, as the ingress embeds) and the answer's JSON, this process sampled by py-spy. No
+    proxy, HTTP or replica wrapper: where Serve cannot start, the parts of the search itself."""
+    import json
+    import threading
+    import time
+
+    from starlette.responses import JSONResponse
+
+    from agent_memory.embedding import BatchingEmbedder, build_embedder
+    from agent_memory.models import SearchQuery
+    from agent_memory.service import MemoryService
+
+    with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
+        settings = Settings(storage_uri=f"{tmp}/lancedb", _env_file=None)  # type: ignore[call-arg]
+        model = build_embedder(settings, threads=settings.embedding.query_model_threads,
+                               precision=settings.embedding.query_precision)
+        store = LanceStore(settings.storage.uri, embedding_model=model.name, embedding_dim=model.dim)
+        populate(store, args.memories, args.users, model.dim, args.seed)
+        batcher = BatchingEmbedder(model)
+        service = MemoryService(store, batcher, settings, defer_access=True)
+
+        def one(rng: random.Random, tag: str) -> None:
+            body = json.dumps({"user_id": f"user-{rng.randrange(args.users):05d}", "query": f"{rng.choice(QUERIES)} {tag}"})
+            query = SearchQuery.model_validate_json(body)
+            result = service.recall("default", query)
+            JSONResponse(result.model_dump(mode="json")).render(result.model_dump(mode="json"))
+
+        warm = random.Random(1)
+        for i in range(40):
+            one(warm, f"warm {i}")
+        raw = Path(tmp) / "process.txt"
+        profiler = subprocess.Popen([str(spy), "record", "--pid", str(os.getpid()), "--rate", str(args.rate),
+                                     "--format", "raw", "--output", str(raw), "--nonblocking"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)  # py-spy attaches
+        cpu, wall = time.process_time(), time.perf_counter()
+        threads = [threading.Thread(target=lambda k=k: [one(random.Random(100 + k), f"{k}-{i}")
+                                                        for i in range(args.requests // 8)]) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=120)
+        service.close()
+        batcher.close()
+        split = shares(raw)
+    samples = split.pop("_samples")
+    per = 1000 * cpu / args.requests
+    return {"query_precision": settings.embedding.query_precision, "searches_per_s": round(args.requests / wall, 1),
+            "cpu_ms_per_search": round(per, 2), "samples": samples,
+            "by_part_ms": {part: round(per * share, 2) for part, share in split.items()},
+            "shares": {part: round(share, 3) for part, share in split.items()},
+            "innermost_frames": {part: dict(sorted(frames.items(), key=lambda kv: -kv[1])[:8])
+                                 for part, frames in STACKS.items()}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=200_000)
@@ -97,7 +170,17 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples a second")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--name", default="search_cost")
+    parser.add_argument("--in-process", action="store_true", help="no Serve: the search's own parts only")
     args = parser.parse_args()
+    spy = Path(sys.executable).with_name("py-spy")
+    if args.in_process:
+        found = in_process(args, spy)
+        print(f"{'part':<42} {'CPU ms':>8} {'share':>7}")
+        for part, ms in found["by_part_ms"].items():
+            print(f"{part:<42} {ms:>8.2f} {found['shares'][part]:>7.1%}")
+        print(f"{found['searches_per_s']} searches/s, {found['cpu_ms_per_search']} ms CPU each, {found['samples']} samples")
+        print(f"wrote {write_result(args.name, {'params': vars(args), 'results': found})}")
+        return 0
 
     import ray
     from ray import serve
@@ -105,7 +188,6 @@ def main() -> int:
     from serve_app.app import build
     from serve_app.config import serve_env
 
-    spy = Path(sys.executable).with_name("py-spy")
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
         settings = Settings(storage_uri=f"{tmp}/lancedb", _env_file=None)  # type: ignore[call-arg]

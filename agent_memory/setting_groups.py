@@ -62,11 +62,14 @@ class EmbeddingSettings(Group):
 
     model: str = env("embedding_model", BUNDLED_MODEL,
                      description="sentence-transformers name or path, or `openai:<model>` for an OpenAI-compatible endpoint.")
-    device: Literal["auto", "cpu", "cuda"] = env("embedding_device", "auto", description="`auto`: CUDA where there is one.")
+    device: Literal["auto", "cpu", "cuda"] = env("embedding_device", "auto", description=(
+        "`auto`: CUDA where torch sees a device, else CPU. `cuda` where torch sees none: `serve` and `import` "
+        "refuse to start."))
     backend: Literal["auto", "torch", "onnx"] = env(
         "embedding_backend", "auto",
         description="Local models on CPU run on ONNX Runtime (`auto`), the same vectors with less overhead a call; "
-                    "`torch` keeps PyTorch; GPUs always use torch.")
+                    "`torch` keeps PyTorch. On CUDA, `auto` runs torch in half precision and `onnx` ONNX Runtime's "
+                    "GPU build (the `gpu` extra).")
     batch_size: int = env("embedding_batch_size", 64, ge=1, le=4096, description="Texts per model call.")
     base_url: str | None = env("embedding_base_url", None, description="Endpoint of an `openai:` model (default: the LLM's).")
     api_key: str | None = env("embedding_api_key", None, description="Key of that endpoint (default: the LLM's).")
@@ -78,10 +81,12 @@ class EmbeddingSettings(Group):
         description="Where search embeds its queries: in the ingress replica (`local`), through the Embedder "
                     "deployment (`embedder`), or `auto`: in the replica unless the Embedder holds a GPU.")
     query_precision: Literal["fp32", "int8"] = env(
-        "query_embedding_precision", "fp32",
+        "query_embedding_precision", "int8",
         description="`int8`: the ingress's query model with int8 MatMul weights (ONNX Runtime on CPU only), about "
-                    "40% of the exact graph's CPU per query, vectors at cosine ~0.99 to the exact model's. What is "
-                    "stored is always embedded exactly (docs/serving.md).")
+                    "40% of the exact graph's CPU per query, vectors at cosine ~0.99 to the exact model's, recall@10 "
+                    "on the dev sets within 2 questions in 1,000 of `fp32`'s (docs/performance.md#query-precision). "
+                    "What is stored is always embedded exactly (docs/serving.md). With `embedding_backend` torch, "
+                    "unless set: `fp32`.")
     query_threads: int | None = env(
         "query_embedding_threads", None, ge=1, le=64,
         description="Threads of each model call of an ingress replica's query model; unset: 2 for the exact model, "
@@ -96,7 +101,9 @@ class EmbeddingSettings(Group):
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
         if self.query_precision == "int8" and self.backend == "torch":
-            raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
+            if "query_precision" in self.model_fields_set:
+                raise ValueError("query_embedding_precision int8 runs on ONNX Runtime: embedding_backend must be auto or onnx")
+            object.__setattr__(self, "query_precision", "fp32")  # the default, where int8 cannot run
         return self
 
     def glosses_chinese(self) -> bool:

@@ -33,8 +33,8 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
 
 
 # The packages whose speed the figures depend on: a fresh install takes the newest each range allows.
-VERSIONED = ("ray", "lancedb", "pylance", "pyarrow", "numpy", "onnxruntime", "onnx", "torch", "transformers",
-             "tokenizers", "sentence-transformers", "fastapi", "starlette", "uvicorn", "pydantic")
+VERSIONED = ("ray", "lancedb", "pylance", "pyarrow", "numpy", "onnxruntime", "onnxruntime-gpu", "onnx", "torch",
+             "transformers", "tokenizers", "sentence-transformers", "fastapi", "starlette", "uvicorn", "pydantic")
 
 
 def package_versions() -> dict[str, str]:
@@ -50,13 +50,14 @@ def package_versions() -> dict[str, str]:
     return found
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """Write benchmarks/results/<name>.json with the machine, package versions and date stamped in."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_result(name: str, payload: dict[str, Any], directory: Path = RESULTS) -> Path:
+    """Write <directory>/<name>.json (benchmarks/results/ by default) with the machine, package
+    versions and date stamped in."""
+    directory.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "packages": package_versions()}
     payload = {"benchmark": name, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "machine": machine, **payload}
-    path = RESULTS / f"{name}.json"
+    path = directory / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return path
 

@@ -1,20 +1,24 @@
-"""Bulk import throughput: the whole `agent-memory import` command against bare model encoding.
+"""Bulk import throughput: the whole `agent-memory import` command against bare encoding.
 
-On the same deterministic history (English and Chinese chat turns, 20-turn sessions), measures:
+One stated reference: bare encoding of the same texts (the index texts the import embeds) by the
+same model the import loads (`build_embedder`: ONNX Runtime on CPU), at the import's own batch
+size (`embedding_batch_size`, in blocks of `import_embed_batch_rows`, as the import calls it) and
+threads (the process's), in this process. Against it:
 
-1. import: `python -m cli.main import FILE --mode raw` as a subprocess, timed as a user
-   waits for it (interpreter and Ray start-up, the pipeline, the commits and the index refresh),
-   with the peak resident memory of its whole process tree (Ray's workers included), sampled.
-2. bare encode: `SentenceTransformer.encode` with the bundled model, at the best of several batch
-   sizes (chosen on a sample, then timed on every text), of the same texts the import embeds (each
-   memory's index text: short turns carry their preceding turns) and of the bare message texts.
-3. row by row: embed-then-add one message at a time through the Python API (`service.add`),
-   timed on a sample (2,000 messages by default).
+1. import: `python -m cli.main import FILE --mode raw|rules --engine local` as a subprocess, timed
+   as a user waits for it (interpreter start-up, imports, the model's load, the pipeline, the
+   commits and the index refresh), with the peak resident memory of its process tree; and its
+   pipeline alone (the report's `duration_s`).
+2. row by row (optional, `--loop-sample`): embed-then-add one message at a time (`service.add`).
 
-Targets: import messages/s >= 0.8 x bare encoding (of the index texts), and >= 10 x row by row.
+Two histories: short chat turns (deterministic, English and Chinese, 20-turn sessions) and long
+messages (`--long`: the first `--long-messages` turns of a history file, such as the LongMemEval
+dev history, about 1,000 characters a message). Each (history, mode) is measured `--rounds` times,
+import and reference alternated, and the median of the rounds' ratios reported.
+Target: import >= 0.8 x the reference for short messages.
 
-    .venv/bin/python benchmarks/import_throughput.py                      # the full run: 50,000 messages
-    .venv/bin/python benchmarks/import_throughput.py --messages 5000 --loop-sample 300   # a quick check
+    .venv/bin/python benchmarks/import_throughput.py --long ../shared/data/longmemeval-dev/history.jsonl
+    .venv/bin/python benchmarks/import_throughput.py --messages 2000 --long-messages 300 --rounds 1   # a quick check
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_memory.embedding import bundled_model_path  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from benchmarks.common import write_result  # noqa: E402
@@ -95,11 +98,12 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run_import(path: Path, workdir: Path, engine: str) -> dict[str, float]:
+def run_import(path: Path, workdir: Path, engine: str, mode: str = "raw") -> dict[str, float]:
     """The whole CLI import as a subprocess: wall time, peak tree RSS, and its JSON report."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]),
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                AGENT_MEMORY_STORAGE_URI=str(workdir / "lancedb"))
-    command = [sys.executable, "-m", "cli.main", "import", str(path), "--mode", "raw", "--engine", engine,
+    command = [sys.executable, "-m", "cli.main", "import", str(path), "--mode", mode, "--engine", engine,
                "--report", str(workdir / "import.report.json")]
     peak = 0
     started = time.perf_counter()
@@ -134,21 +138,22 @@ def index_texts(path: Path) -> list[str]:
     return [row["vector_text"] for row in raw_memory_rows(messages, builder)]
 
 
-def bare_encode(model: object, texts: list[str], batch_sizes: list[int], sample: int) -> dict[str, object]:
-    """Best batch size on a sample, then every text encoded at that size."""
-    probe = texts[:sample]
-    model.encode(probe[:64], batch_size=32)  # type: ignore[attr-defined]  # warm-up
-    rates = {}
-    for size in batch_sizes:
-        started = time.perf_counter()
-        model.encode(probe, batch_size=size, normalize_embeddings=True)  # type: ignore[attr-defined]
-        rates[size] = len(probe) / (time.perf_counter() - started)
-    best = max(rates, key=lambda s: rates[s])
+def reference(model: object, texts: list[str], block: int) -> float:
+    """Messages/s of bare encoding: `texts` in blocks of `block`, as the import calls the model."""
+    model.embed_batch(texts[:64])  # type: ignore[attr-defined]  # warm-up
     started = time.perf_counter()
-    model.encode(texts, batch_size=best, normalize_embeddings=True)  # type: ignore[attr-defined]
-    seconds = time.perf_counter() - started
-    return {"best_batch_size": best, "probe_rates": {str(k): round(v, 1) for k, v in rates.items()},
-            "seconds": seconds, "messages_per_s": len(texts) / seconds}
+    for start in range(0, len(texts), block):
+        model.embed_batch(texts[start : start + block])  # type: ignore[attr-defined]
+    return len(texts) / (time.perf_counter() - started)
+
+
+def long_history(source: Path, path: Path, messages: int) -> None:
+    """The first `messages` turns of `source` (its own ids and users), in the bench org."""
+    with open(source, encoding="utf-8") as lines, open(path, "w", encoding="utf-8") as out:
+        for i, line in enumerate(lines):
+            if i >= messages:
+                break
+            out.write(json.dumps({**json.loads(line), "org_id": "bench"}, ensure_ascii=False) + "\n")
 
 
 def row_by_row(path: Path, workdir: Path, sample: int) -> dict[str, float]:
@@ -169,56 +174,78 @@ def row_by_row(path: Path, workdir: Path, sample: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--loop-sample", type=int, default=2_000)
-    parser.add_argument("--engine", default="auto", choices=["auto", "ray", "local"])
-    parser.add_argument("--batch-sizes", default="16,32,64,128")
-    parser.add_argument("--probe", type=int, default=2_000, help="texts used to choose the batch size")
+    parser.add_argument("--messages", type=int, default=4_000, help="short chat turns")
+    parser.add_argument("--long", type=Path, default=None, help="a history of long messages (the LongMemEval dev one)")
+    parser.add_argument("--long-messages", type=int, default=600)
+    parser.add_argument("--modes", default="raw,rules")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loop-sample", type=int, default=0, help="messages added row by row (0: not measured)")
+    parser.add_argument("--engine", default="local", choices=["auto", "ray", "local"])
     parser.add_argument("--name", default="import_throughput", help="results file name under benchmarks/results")
     args = parser.parse_args()
+    import statistics
+
+    from agent_memory.embedding import build_embedder
+
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    model = build_embedder(settings)  # as the local engine loads it: its batch size, the process's threads
+    block = settings.imports.embed_batch_rows
+    cases: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="import-bench-") as tmp:
         workdir = Path(tmp)
-        history = workdir / "history.jsonl"
-        texts = generate(history, args.messages)
-        print(f"{args.messages} messages, {history.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
-        imported = run_import(history, workdir, args.engine)
-        report = imported["report"]
-        assert report["memories_written"] == args.messages, report
-        from sentence_transformers import SentenceTransformer
-
-        model = SentenceTransformer(bundled_model_path(), device="cpu")
-        sizes = [int(s) for s in args.batch_sizes.split(",")]
-        # The target compares with encoding what the import embeds (index texts); the messages'
-        # own texts are timed too, to show what the recall design's context costs.
-        encode = bare_encode(model, index_texts(history), sizes, args.probe)
-        encode_messages = bare_encode(model, texts, sizes, args.probe)
-        loop = row_by_row(history, workdir, args.loop_sample)
-    import_rate = args.messages / imported["wall_s"]
-    result = {
-        "messages": args.messages, "engine": report["engine"],
-        "import": {"wall_s": round(imported["wall_s"], 2), "messages_per_s": round(import_rate, 1),
-                   "peak_rss_mb": round(imported["peak_rss_mb"]), "pipeline_s": report["duration_s"]},
-        "bare_encode": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in encode.items()},
-        "bare_encode_message_texts": {k: (round(v, 2) if isinstance(v, float) else v)
-                                      for k, v in encode_messages.items()},
-        "row_by_row": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in loop.items()},
-        "import_vs_encode": round(import_rate / float(encode["messages_per_s"]), 3),  # type: ignore[arg-type]
-        "import_vs_encode_message_texts": round(import_rate / float(encode_messages["messages_per_s"]), 3),  # type: ignore[arg-type]
-        "import_vs_row_by_row": round(import_rate / loop["messages_per_s"], 1),
-        "targets": {"import_vs_encode": ">= 0.8", "import_vs_row_by_row": ">= 10"},
-    }
-    path = write_result(args.name, result)
-    print(f"| path | messages | seconds | messages/s |\n| --- | --- | --- | --- |\n"
-          f"| `agent-memory import` ({report['engine']}, whole command) | {args.messages} | "
-          f"{imported['wall_s']:.1f} | {import_rate:.0f} |\n"
-          f"| bare `encode` of the index texts (batch {encode['best_batch_size']}) | {args.messages} | "
-          f"{encode['seconds']:.1f} | {encode['messages_per_s']:.0f} |\n"
-          f"| bare `encode` of the message texts (batch {encode_messages['best_batch_size']}) | {args.messages} | "
-          f"{encode_messages['seconds']:.1f} | {encode_messages['messages_per_s']:.0f} |\n"
-          f"| row by row `service.add` | {loop['messages']} | {loop['seconds']:.1f} | {loop['messages_per_s']:.0f} |\n"
-          f"\nimport / encode = {result['import_vs_encode']} (target >= 0.8); import / row-by-row = "
-          f"{result['import_vs_row_by_row']}x (target >= 10); peak RSS of the import's process tree "
-          f"{imported['peak_rss_mb']:.0f} MiB\nwritten to {path}")
+        histories = {"short": workdir / "short.jsonl"}
+        generate(histories["short"], args.messages)
+        if args.long:
+            histories["long"] = workdir / "long.jsonl"
+            long_history(args.long, histories["long"], args.long_messages)
+        texts = {label: index_texts(path) for label, path in histories.items()}
+        for round_ in range(args.rounds):
+            for label, path in histories.items():
+                for mode in args.modes.split(","):
+                    case = cases.setdefault(f"{label}_{mode}", {"rounds": []})
+                    run_dir = workdir / f"{label}-{mode}-{round_}"
+                    run_dir.mkdir()
+                    # Alternated: the reference first in even rounds, the import first in odd ones.
+                    order = ("reference", "import") if round_ % 2 == 0 else ("import", "reference")
+                    measured: dict = {}
+                    for what in order:
+                        if what == "reference":
+                            measured["reference_per_s"] = reference(model, texts[label], block)
+                        else:
+                            imported = run_import(path, run_dir, args.engine, mode)
+                            measured.update({
+                                "messages": imported["report"]["messages_logged"],
+                                "memories": imported["report"]["memories_written"],
+                                "command_s": round(imported["wall_s"], 2),
+                                "pipeline_s": round(imported["report"]["duration_s"], 2),
+                                "peak_rss_mb": round(imported["peak_rss_mb"])})
+                    n = len(texts[label])
+                    measured["import_per_s"] = round(n / measured["command_s"], 1)
+                    measured["pipeline_per_s"] = round(n / measured["pipeline_s"], 1)
+                    measured["reference_per_s"] = round(measured["reference_per_s"], 1)
+                    measured["ratio"] = round(measured["import_per_s"] / measured["reference_per_s"], 3)
+                    measured["pipeline_ratio"] = round(measured["pipeline_per_s"] / measured["reference_per_s"], 3)
+                    case["rounds"].append(measured)
+                    print(f"round {round_ + 1} {label} {mode}: {measured}", file=sys.stderr, flush=True)
+        if args.loop_sample:
+            cases["row_by_row"] = row_by_row(histories["short"], workdir, args.loop_sample)
+    for case in cases.values():
+        if "rounds" in case:
+            case["median"] = {k: statistics.median(r[k] for r in case["rounds"])
+                              for k in ("import_per_s", "pipeline_per_s", "reference_per_s", "ratio", "pipeline_ratio")}
+    result = {"reference": f"bare encoding of the index texts by build_embedder (backend {getattr(model, 'backend', '?')}, "
+                           f"batch {settings.embedding.batch_size}, blocks of {block}, the process's threads)",
+              "engine": args.engine, "cases": cases, "targets": {"short ratio": ">= 0.8"}}
+    path = write_result(args.name, {"params": {k: str(v) for k, v in vars(args).items()}, **result})
+    print("| history | mode | import, whole command /s | pipeline /s | reference /s | ratio | pipeline ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, case in cases.items():
+        if "median" in case:
+            m = case["median"]
+            label, mode = name.split("_", 1)
+            print(f"| {label} | {mode} | {m['import_per_s']} | {m['pipeline_per_s']} | {m['reference_per_s']} | "
+                  f"**{m['ratio']}x** | {m['pipeline_ratio']}x |")
+    print(f"written to {path}")
 
 
 if __name__ == "__main__":

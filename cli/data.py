@@ -277,5 +277,9 @@ def import_file(ctx: click.Context, path: str, fmt: str, user_id: str | None, fo
 
         ensure_ray(address)
         options.engine = "ray"
+    else:  # before any row is read: a device this machine lacks is said at once
+        from agent_memory.embedding import check_device
+
+        check_device(config)
     print_json(run_import(config, options).as_dict())
     return 0

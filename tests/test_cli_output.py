@@ -40,6 +40,20 @@ def _cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=600)
 
 
+@pytest.mark.store  # the commands import torch to look for the device
+def test_a_gpu_asked_for_where_there_is_none_stops_serve_and_import_at_start(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = _env(AGENT_MEMORY_STORAGE_URI=str(tmp_path / "lancedb"), AGENT_MEMORY_EMBEDDING_DEVICE="cuda")
+    for argv in (("import", str(SAMPLE)), ("serve", "--port", "18991")):
+        done = _cli(*argv, env=env)
+        assert done.returncode == 1, f"{argv[0]}: {done.stderr[-2000:]}"
+        assert "AGENT_MEMORY_EMBEDDING_DEVICE is cuda, but torch" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "lancedb").exists(), "nothing was written before the refusal"
+
+
 @pytest.mark.store  # the commands load the model, open LanceDB and start a Ray of their own
 def test_commands_on_a_store_write_no_line_of_the_libraries(tmp_path: Path) -> None:
     """add, search, import and consolidate (on Ray: its Data actors make Ray's C++ core log an error

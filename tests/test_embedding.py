@@ -16,7 +16,10 @@ from agent_memory.embedding import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
+    check_device,
+    resolve_device,
 )
+from agent_memory.embedding.onnx import execution_providers
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
@@ -48,6 +51,34 @@ def test_onnx_runtime_gives_the_vectors_of_torch(embedder: SentenceTransformerEm
     assert np.abs(embedder.embed_batch(["just one query"]) - reference.embed_query("just one query")).max() < 1e-5
     with pytest.raises(InvalidInputError, match="embedding_backend"):
         SentenceTransformerEmbedder(backend="tensorflow")
+
+
+def test_the_device_is_cpu_here_and_a_missing_gpu_is_refused_with_its_reason(
+    embedder: SentenceTransformerEmbedder, settings: Settings,
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: auto picks it")
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    assert embedder.device == "cpu" and embedder.backend == "onnx"
+    check_device(settings)  # auto: nothing to refuse
+    cuda = settings.replace(embedding_device="cuda")
+    for refused in (lambda: resolve_device("cuda"), lambda: check_device(cuda),
+                    lambda: SentenceTransformerEmbedder(device="cuda")):
+        with pytest.raises(UnavailableError, match="EMBEDDING_DEVICE is cuda, but torch .* sees no CUDA device"):
+            refused()
+    check_device(cuda.replace(embedding_model="openai:text-embedding-3-small"))  # a remote model: no local device
+    with pytest.raises(InvalidInputError, match="embedding_device"):
+        resolve_device("tpu")
+
+
+def test_onnx_runtime_on_cuda_needs_its_gpu_build() -> None:
+    assert execution_providers("cpu") == ["CPUExecutionProvider"]
+    assert execution_providers("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
+        "CUDAExecutionProvider", "CPUExecutionProvider"]
+    with pytest.raises(ValueError, match="no CUDA provider: install its GPU build"):
+        execution_providers("cuda", ["CPUExecutionProvider"])
 
 
 @pytest.mark.store  # loads the bundled model
@@ -105,9 +136,11 @@ def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransfor
     assert (refused.backend, refused.precision) == ("onnx", "fp32")
     assert np.abs(refused.embed_batch(queries) - exact).max() < 1e-5
 
-    # One thread by default for int8 queries (two for exact ones), unless set.
-    assert Settings(_env_file=None, query_embedding_precision="int8").embedding.query_model_threads == 1
-    assert Settings(_env_file=None).embedding.query_model_threads == 2
+    # int8 queries by default, on one thread (exact ones on two), unless set; exact where torch is asked for.
+    assert Settings(_env_file=None).embedding.query_precision == "int8"
+    assert Settings(_env_file=None).embedding.query_model_threads == 1
+    assert Settings(_env_file=None, query_embedding_precision="fp32").embedding.query_model_threads == 2
+    assert Settings(_env_file=None, embedding_backend="torch").embedding.query_precision == "fp32"
     assert Settings(_env_file=None, query_embedding_precision="int8", query_embedding_threads=3).embedding.query_model_threads == 3
     with pytest.raises(ValueError, match="embedding_backend must be auto or onnx"):
         Settings(_env_file=None, query_embedding_precision="int8", embedding_backend="torch")

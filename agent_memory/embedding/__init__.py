@@ -11,15 +11,23 @@ from agent_memory.embedding.base import (
     Embedder,
     GlossingEmbedder,
 )
-from agent_memory.embedding.local import SentenceTransformerEmbedder, bundled_model_path
+from agent_memory.embedding.local import SentenceTransformerEmbedder, bundled_model_path, resolve_device
 from agent_memory.embedding.remote import OpenAIEmbedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.settings import Settings
 
 __all__ = [
     "OPENAI_PREFIX", "PRECISIONS", "BatchingEmbedder", "Embedder", "GlossingEmbedder", "OpenAIEmbedder", "SentenceTransformerEmbedder",
-    "build_embedder", "bundled_model_path",
+    "build_embedder", "bundled_model_path", "check_device", "resolve_device",
 ]
+
+
+def check_device(settings: Settings) -> None:
+    """Refuse, where a process starts, a device the settings name that this machine lacks (a local
+    model on `cuda` where torch sees no GPU): UnavailableError saying so, not a failure at the
+    first request."""
+    if settings.embedding.device == "cuda" and not settings.embedding.model.strip().startswith(OPENAI_PREFIX):
+        resolve_device("cuda")
 
 
 def build_embedder(settings: Settings, *, threads: int | None = None, precision: str = "fp32") -> Embedder:

@@ -48,6 +48,25 @@ def _without_loading_bar() -> Iterator[None]:
             disable_progress_bars()
 
 
+def resolve_device(device: str) -> str:
+    """`auto`, `cpu` or `cuda` (the setting `embedding_device`) as the device a local model runs on:
+    `auto` is CUDA where torch sees a device, else CPU; `cuda` where torch sees none is an error
+    that says why, raised where a process starts rather than at its first request."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise InvalidInputError(f"embedding_device must be auto, cpu or cuda, not {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise UnavailableError(
+            f"AGENT_MEMORY_EMBEDDING_DEVICE is cuda, but torch {torch.__version__} ({build}) sees no CUDA device: "
+            "run on a machine with an NVIDIA GPU and torch's CUDA build (docs/performance.md#on-a-gpu), "
+            "or set AGENT_MEMORY_EMBEDDING_DEVICE to auto or cpu")
+    return device
+
+
 class SentenceTransformerEmbedder(Embedder):
     """A sentence-transformers model: the bundled offline default, a hub name or a local path."""
 
@@ -58,13 +77,9 @@ class SentenceTransformerEmbedder(Embedder):
         super().__init__(cache_size)
         # The bundled model must load with no network; other models may come from a local cache.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import torch
         from sentence_transformers import SentenceTransformer
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device == "cuda" and not torch.cuda.is_available():
-            raise UnavailableError("embedding_device is cuda but no CUDA device is available")
+        device = resolve_device(device)
         if backend not in ("auto", "torch", "onnx"):
             raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
         if precision not in PRECISIONS:
@@ -80,8 +95,6 @@ class SentenceTransformerEmbedder(Embedder):
                 self.model = SentenceTransformer(path, device=device)
         except Exception as exc:  # the library raises OSError, ValueError, HF errors...
             raise UnavailableError(f"cannot load embedding model {model!r}: {exc}") from exc
-        if device == "cuda":
-            self.model.half()
         self.name = BUNDLED_MODEL if path != model else model
         self.device = device
         self.batch_size = batch_size
@@ -95,16 +108,18 @@ class SentenceTransformerEmbedder(Embedder):
         self._onnx: OnnxEncoder | None = None
         self.backend = "torch"
         self.precision = "fp32"
-        if backend == "onnx" and device != "cpu":
-            log.warning("embedding_backend onnx applies to CPU only: %s runs on torch on %s", model, device)
-        elif backend in ("auto", "onnx") and device == "cpu":
+        # On CPU ONNX Runtime unless told torch; on CUDA torch in half precision unless told onnx
+        # (ONNX Runtime's CUDA build, the `gpu` extra: docs/performance.md#on-a-gpu).
+        if backend == "onnx" or (backend == "auto" and device == "cpu"):
             try:
-                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads, precision)
+                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads, precision, device)
                 self.backend, self.precision = "onnx", self._onnx.precision
             except Exception as exc:
                 if backend == "onnx":
-                    raise UnavailableError(f"cannot run {model!r} on ONNX Runtime: {exc}") from exc
+                    raise UnavailableError(f"cannot run {model!r} on ONNX Runtime on {device}: {exc}") from exc
                 log.warning("embedding with torch (fp32): %s cannot run on ONNX Runtime (%s)", model, exc)
+        if device == "cuda" and self._onnx is None:
+            self.model.half()
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Encode with the model's own batching; vectors come back normalised."""

@@ -1,5 +1,6 @@
-"""ONNX Runtime on CPU for local models: the graph exported once per model (and, for queries,
-quantized to int8 and checked against the exact model), cached on disk, shared per process."""
+"""ONNX Runtime for local models (on CPU; on CUDA with its GPU build): the graph exported once per
+model (and, for queries, quantized to int8 and checked against the exact model), cached on disk,
+shared per process."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class OnnxEncoder:
 
     @classmethod
     def for_model(
-        cls, model: Any, path: str, lock: threading.Lock, threads: int | None = None, precision: str = "fp32"
+        cls, model: Any, path: str, lock: threading.Lock, threads: int | None = None, precision: str = "fp32",
+        device: str = "cpu",
     ) -> OnnxEncoder:
         """Load (or export, then load) the model's graph, and check it against torch on probe texts:
         a cached graph that no longer matches (weights changed in place) is made again; a fresh one
@@ -51,7 +53,8 @@ class OnnxEncoder:
         its MatMul weights quantised to int8 (per output channel, activations quantised as they
         come), made from the exact one and named after it: the model's CPU per query about 40% of
         the exact graph's, vectors at cosine 0.992 to the exact ones on average (lowest 0.981; see
-        README, "Query precision"). Where no int8 graph passes, queries run on the exact one."""
+        README, "Query precision"). Where no int8 graph passes, queries run on the exact one.
+        `device` cuda: the exact graph on ONNX Runtime's CUDA provider (its GPU build)."""
         modules = [type(m).__name__ for m in model]
         pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
         if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
@@ -59,15 +62,16 @@ class OnnxEncoder:
         if getattr(model, "default_prompt_name", None):
             raise ValueError("models with a default prompt are not supported")
         graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx"
-        exact = cls._cached(model, graph, lambda: _export(model, graph), lock, threads, None)
-        if precision == "fp32":
+        providers = execution_providers(device)
+        exact = cls._cached(model, graph, lambda: _export(model, graph), lock, threads, None, providers)
+        if precision == "fp32" or device != "cpu":
             return exact
         # Named after the exact graph's file: one exported again (by any process) gets a new copy.
         made = graph.stat()
         quantized = graph.with_name(f"{graph.stem}-int8-{made.st_size:x}-{made.st_mtime_ns:x}.onnx")
         try:
             encoder = cls._cached(
-                model, quantized, lambda: _quantize(graph, quantized), lock, threads, INT8_MIN_COSINE
+                model, quantized, lambda: _quantize(graph, quantized), lock, threads, INT8_MIN_COSINE, providers
             )
         except Exception as exc:
             log.warning("no int8 graph for %s (%s): queries run on the exact graph", path, exc)
@@ -78,7 +82,7 @@ class OnnxEncoder:
     @classmethod
     def _cached(
         cls, model: Any, graph: Path, make: Callable[[], None], lock: threading.Lock, threads: int | None,
-        min_cosine: float | None,
+        min_cosine: float | None, providers: list[str],
     ) -> OnnxEncoder:
         """The encoder of `graph` from the cache, made by `make` when missing or when the cached
         one fails `matches`; a fresh one that fails is an error."""
@@ -86,7 +90,7 @@ class OnnxEncoder:
             try:
                 if attempt == "fresh":
                     make()
-                encoder = cls._load(model, graph, lock, threads)
+                encoder = cls._load(model, graph, lock, threads, providers)
                 if encoder.matches(model, min_cosine):
                     return encoder
                 problem = "does not give the model's vectors"
@@ -100,7 +104,9 @@ class OnnxEncoder:
         raise ValueError(f"the graph {graph.name} does not give the model's vectors")
 
     @classmethod
-    def _load(cls, model: Any, graph: Path, lock: threading.Lock, threads: int | None) -> OnnxEncoder:
+    def _load(
+        cls, model: Any, graph: Path, lock: threading.Lock, threads: int | None, providers: list[str]
+    ) -> OnnxEncoder:
         import onnxruntime
         import torch
 
@@ -110,7 +116,7 @@ class OnnxEncoder:
         options.intra_op_num_threads = threads or max(1, torch.get_num_threads())
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(str(graph), options, providers=providers)
         inputs = [i.name for i in session.get_inputs()]
         return cls(session, model.tokenizer, int(model.max_seq_length or 512), inputs, lock)
 
@@ -121,9 +127,11 @@ class OnnxEncoder:
 
         probe = ["probe", "a longer probe sentence about the user's preferences", "用户喜欢喝绿茶"]
         with self._tokenizing:
-            features = model.preprocess(probe)
+            features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v
+                        for k, v in model.preprocess(probe).items()}
         with torch.inference_mode():
-            expected = torch.nn.functional.normalize(model(features)["sentence_embedding"].float(), dim=1).numpy()
+            expected = torch.nn.functional.normalize(model(features)["sentence_embedding"].float(), dim=1)
+        expected = expected.cpu().numpy()
         vectors = self._run(probe)
         if min_cosine is None:
             return bool(np.abs(vectors - expected).max() < 1e-4)
@@ -151,6 +159,22 @@ class OnnxEncoder:
         return unit_length(pooled)
 
 
+def execution_providers(device: str, available: list[str] | None = None) -> list[str]:
+    """ONNX Runtime's providers for `device` (cpu or cuda). CUDA needs ONNX Runtime's GPU build
+    (`onnxruntime-gpu`, the `gpu` extra), which replaces the CPU one: without it, an error that
+    says so."""
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if available is None:
+        import onnxruntime
+
+        available = onnxruntime.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise ValueError("this ONNX Runtime has no CUDA provider: install its GPU build in place of the CPU one "
+                         "(docs/performance.md#on-a-gpu)")
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
 def _export(model: Any, graph: Path) -> None:
     """Export the transformer of a sentence-transformers model to an ONNX graph at `graph`.
 
@@ -160,7 +184,7 @@ def _export(model: Any, graph: Path) -> None:
     import torch
 
     tokenizer = model.tokenizer
-    probe = tokenizer(["probe"], return_tensors="pt")
+    probe = {k: v.to(model.device) for k, v in tokenizer(["probe"], return_tensors="pt").items()}
     inputs = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in probe]
     transformer = model[0].auto_model
 

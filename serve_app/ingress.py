@@ -23,7 +23,7 @@ from serve_app import metrics
 from serve_app.docs import add_docs
 from serve_app.embedder import query_embedder
 from serve_app.errors import add_error_handlers
-from serve_app.middleware import STATE, RequestContext, prepare_state
+from serve_app.middleware import RequestContext, prepare_state, track_start
 from serve_app.routes import console, conversations, health, jobs, memories, users
 from serve_app.shards import WriterShards
 from storage import open_store
@@ -75,7 +75,7 @@ class IngressDeployment(
         self._replica_count = prepare_state(settings)
         self.phase = "waiting for the Embedder deployment"
         self.starting = asyncio.get_running_loop().create_task(self._open(local_queries))
-        STATE.starting = self.starting
+        track_start(self.starting)
 
     async def _open(self, local_queries: bool) -> None:
         settings, loop = self.settings, asyncio.get_running_loop()

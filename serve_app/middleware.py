@@ -52,6 +52,15 @@ def prepare_state(settings: Settings) -> asyncio.Task[None] | None:
     return asyncio.get_running_loop().create_task(follow_replicas(STATE.limiter))
 
 
+def track_start(starting: asyncio.Task[None]) -> None:
+    """Make the API's requests wait for this replica's start (`wait_for_start`).
+
+    A function of this module, so that `STATE` is this module's own: the ingress and route modules
+    travel to a replica by value, and a global they name there is a copy, not this object.
+    """
+    STATE.starting = starting
+
+
 def serve_request_id() -> str | None:
     """The id Serve gave the request being handled (None outside a replica)."""
     try:

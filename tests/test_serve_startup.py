@@ -1,7 +1,8 @@
 """Start-up that says so, on a stack of its own (`agent-memory serve` in a subprocess, on a temporary
 store and a free port): from its first second until it is ready, its health checks get no answer
 (the port is not bound yet) or 503 with a JSON reason, never another component's 404; then 200,
-with the stats page and exporter printed and on loopback."""
+with the stats page and exporter printed and on loopback. The API's requests meanwhile wait or answer
+503, never 500."""
 
 from __future__ import annotations
 
@@ -84,6 +85,14 @@ def test_health_checks_answer_503_with_a_reason_until_the_server_is_ready(tmp_pa
                               or body.get("checks", {}).get("ingress"))
                     assert reason, f"{path}: 503 without a reason: {body}"
                     seen[f"{path}: 503 {reason.split(':')[0]}"] += 1
+                # The API's requests wait for the replica's start (up to a while) or answer 503:
+                # never a 500 from a route that ran before what it reads was opened.
+                api = _answer(client, f"{url}/v1/memories?user_id=probe")
+                if isinstance(api, str):
+                    seen[f"/v1/memories: {api}"] += 1
+                else:
+                    assert api[0] in (200, 503), f"/v1/memories: {api}"
+                    seen[f"/v1/memories: {api[0]}"] += 1
                 if health == (200, {"status": "ok"}):
                     break
                 time.sleep(0.25)

@@ -3,8 +3,8 @@ and those of its memories parsed and replayed) beside the whole replay (every ev
 read whole, replayed, then the page cut), alternating, on a store `benchmarks/console_api.py`
 built and kept (`--store`).
 
-    .venv/bin/python benchmarks/console_api.py --store /tmp/console-bench-1m --name console_api_1m
-    .venv/bin/python benchmarks/console_timeline.py --store /tmp/console-bench-1m
+    .venv/bin/python benchmarks/console_api.py --store data/console-bench-1m --name console_api_1m
+    .venv/bin/python benchmarks/console_timeline.py --store data/console-bench-1m
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ scored on every dev set in seconds, not in the minutes an import takes. What it 
 `agent-memory eval` measures on the same rows (the check in `--verify` compares the two), so the
 figures of the final settings are taken with `agent-memory eval` itself.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/recall_tuning.py --cache /tmp/recall-cache \\
+    PYTHONPATH=. .venv/bin/python benchmarks/recall_tuning.py --cache data/recall-cache \\
         --set locomo=../shared/data/locomo-dev --set lme=../shared/data/longmemeval-dev \\
         --set memsim=../shared/data/memsim-dev --set zh-dev=benchmarks/data/zh_dialogues/dev \\
         --set sample=examples/sample_history.jsonl,examples/sample_questions.jsonl \\
@@ -282,7 +282,7 @@ def grid_points(spec: dict[str, list[Any]]) -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", action="append", required=True)
-    parser.add_argument("--cache", default="/tmp/recall-cache", help="directory of the vector cache")
+    parser.add_argument("--cache", default="data/recall-cache", help="directory of the vector cache")
     parser.add_argument("--grid", default=None, metavar="JSON", help='{"setting": [values, ...]} (every combination) or [{"setting": value, ...}, ...], scored on every set')
     parser.add_argument("--modes", default="hybrid", help="comma-separated: hybrid,dense,keyword")
     parser.add_argument("--by-category", action="store_true")

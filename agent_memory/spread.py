@@ -80,8 +80,10 @@ def lift_neighbours(scores: np.ndarray, turns: Turns, share: float) -> np.ndarra
 
 def diverse_top(order: list[int], scores: np.ndarray, vectors: np.ndarray | None, top_k: int,
                 diversity: float) -> list[int]:
-    """The first `top_k` of `order` re-picked by maximal marginal relevance: each next memory is the
-    one with the best score less `diversity` times its highest cosine with a memory already picked."""
+    """The first `top_k` of `order` re-picked by maximal marginal relevance among its best
+    max(3 top_k, top_k + 10): the best-scored first, then each next memory the one with the highest
+    (1 - `diversity`) times its score less `diversity` times its highest cosine (at least 0) with a
+    memory already picked."""
     if vectors is None or diversity <= 0 or len(order) <= 1:
         return order[:top_k]
     candidates = order[: max(3 * top_k, top_k + 10)]

@@ -9,31 +9,32 @@ again over the same messages adds nothing and records no new decision.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from agent_memory.clauses import (
-    clauses,
-    is_event,
-    is_habit,
-    names_relation,
-    own_statements,
-    replaces_habit,
-    subject,
+from agent_memory.clauses import is_habit, replaces_habit
+from agent_memory.holdings import (
+    asserted_text,
+    closeness,
+    contradicts,
+    held_text,
+    meta,
+    restated,
+    retractable,
+    same_readers,
+    still_holds,
 )
 from agent_memory.ids import stable_id
 from agent_memory.merge import kept_apart, merge_records, superseded
 from agent_memory.models import MemoryRecord, NewMemory, Scope
-from agent_memory.rules import ProposedMemory, clean_value, said_sentences
+from agent_memory.rules import ProposedMemory
 from agent_memory.service import MemoryService
-from agent_memory.settings import Settings
 from agent_memory.store import RecallFilter
-from agent_memory.text import CJK, comparable, is_chinese, keyword_text, lexical_similarity
-from agent_memory.wording import content_terms, topic_words
+from agent_memory.text import comparable, keyword_text
+from agent_memory.wording import topic_words
 
 
 @dataclass
@@ -67,129 +68,6 @@ class ExtractionResult:
 def extracted_id(org_id: str, user_id: str, source_ids: Sequence[str], content: str) -> str:
     """The id of an extracted memory: from its source messages and its normalised content."""
     return stable_id("memory:extracted", org_id, user_id, *sorted(source_ids), comparable(content))
-
-
-def _meta(record: MemoryRecord, key: str) -> Any:
-    return (record.metadata or {}).get(key)
-
-
-def _retractable(record: MemoryRecord) -> bool:
-    """Whether a change of mind can take a memory back: a fact, habit, plan or instruction of the
-    user's own, not something that happened ("gave a talk about VS Code") or someone else's fact
-    ("my boss takes oat milk") or the age or name of someone of the user's ("My daughter Mia is
-    5"); one that only mentions someone ("I study after the kids are asleep") is the user's."""
-    zh = is_chinese(record.content)
-    own = subject(record.content, zh) != "other" and not names_relation(record.content, zh)
-    said_by_user = _meta(record, "role") != "assistant"
-    return (record.memory_type != "episodic" or not is_event(record.content)) and own and said_by_user
-
-
-def _asserted_text(record: MemoryRecord, content: str | None = None) -> str:
-    """What a memory asserts now: its content (or the part of it given) without the old values it
-    says it replaced."""
-    text = comparable(record.content if content is None else content)
-    for old in _meta(record, "replaces") or []:
-        text = text.replace(comparable(str(old)), " ")
-    return text
-
-
-def _held_text(record: MemoryRecord) -> str:
-    """What a memory says holds of the user now: of a turn of theirs stored raw, its statements of
-    their own (not "Watched a talk where someone live-coded in VS Code", a passing mention); any
-    other memory (what the rules or an LLM kept, one written directly) as it asserts itself."""
-    return _asserted_text(record, own_statements(said_sentences(record.content)) if _meta(record, "role") == "user" else None)
-
-
-def _states(old: str, asserted: str) -> bool:
-    """Whether a memory's asserted text states an old value a change of mind names: as written,
-    or (English) every content word of it in any inflection ("at the bakery" in "weekend shifts at
-    a bakery", "teaching" in "I teach chemistry")."""
-    old_n = comparable(clean_value(old))
-    if not old_n:
-        return False
-    if old_n in asserted:
-        return True
-    words = content_terms(old_n)
-    return bool(words) and not CJK.search(old_n) and words <= content_terms(asserted)
-
-
-# What is left stands alone when it opens with the user; not with "so" or "because", whose clause
-# follows from the one taken back ("vegetarian, so I basically live on carbs").
-_OWN_START = re.compile(r"^\W*(?:(?:oh|also|honestly|actually|btw|对了|另外|其实)\W+)*(?:i\b|i'|my\b|we\b|our\b|我)", re.IGNORECASE)
-
-
-def still_holds(old: MemoryRecord, replaced: Sequence[str]) -> str:
-    """What a memory that a change of mind revises in part still says: its clauses that state none
-    of the old values ("我是素食者，蛋奶都吃" after "今年起我不再吃蛋了": "我是素食者"). Empty when
-    every clause, or none, states one, or when what is left does not open with the user."""
-    pieces = []
-    left_out = False
-    for sentence in said_sentences(old.content):
-        parts = clauses(sentence)
-        kept = [c for c in parts if not any(_states(value, comparable(c)) for value in replaced)]
-        left_out = left_out or len(kept) < len(parts)
-        if kept:
-            pieces.append("".join(kept).strip().rstrip(",，;；:：—– "))
-    if not left_out or not pieces or not _OWN_START.match(pieces[0]):
-        return ""
-    return ("" if is_chinese(pieces[0]) else " ").join(pieces)
-
-
-def contradicts(candidate: ProposedMemory, other: MemoryRecord) -> bool:
-    """Whether a proposed memory contradicts a memory: the LLM says so, the same slot holds another
-    value, or it names an old value the memory states."""
-    if candidate.contradicts and candidate.contradicts == other.id:
-        return True
-    if candidate.slot and _meta(other, "slot") == candidate.slot:
-        return _meta(other, "value") is not None and candidate.value is not None and (
-            comparable(str(_meta(other, "value"))) != comparable(candidate.value)
-        )
-    if candidate.replaces and _retractable(other):
-        asserted = _asserted_text(other)
-        new_value = comparable(candidate.value) if candidate.value else None
-        if new_value and new_value in asserted:
-            return False
-        held = _held_text(other)
-        return any(_states(old, held) for old in candidate.replaces)
-    return False
-
-
-def same_readers(a: MemoryRecord, b: MemoryRecord) -> bool:
-    """Whether two memories are read by the same agents: both shared, or both private to one agent.
-    Extraction decides only among such: a shared statement never reinforces or retires an agent's
-    private memory, and a private one never retires a memory other agents read."""
-    return a.visibility == b.visibility and (a.visibility == "shared" or a.agent_id == b.agent_id)
-
-
-def closeness(record: MemoryRecord, other: MemoryRecord, settings: Settings) -> float:
-    """How nearly two memories say the same: term overlap anywhere, cosine only where readable."""
-    if comparable(record.content) == comparable(other.content):
-        return 1.0
-    score = lexical_similarity(record.content, other.content) / settings.extraction.reinforce_lexical
-    full = settings.recall.oov_full_share
-    if record.vector is not None and other.vector is not None and record.oov < full and other.oov < full:
-        cosine = float(np.dot(np.asarray(record.vector), np.asarray(other.vector)))
-        score = max(score, cosine / settings.extraction.reinforce_cosine)
-    return score
-
-
-def restated(candidate: ProposedMemory, record: MemoryRecord, pool: list[MemoryRecord], settings: Settings) -> MemoryRecord | None:
-    """The memory of `pool` a proposed memory restates (the closest at or past the bars), if any."""
-    if candidate.restates:
-        for other in pool:
-            if other.id == candidate.restates:
-                return other
-    best, best_score = None, 1.0  # scores are relative to the thresholds: 1.0 means "at threshold"
-    for other in pool:
-        if other.memory_type != record.memory_type and not candidate.restates:
-            continue
-        score = closeness(record, other, settings)
-        if candidate.slot and _meta(other, "slot") == candidate.slot and candidate.value and _meta(other, "value"):
-            if comparable(str(_meta(other, "value"))) == comparable(candidate.value):
-                score = max(score, 1.0)
-        if score >= best_score:
-            best, best_score = other, score
-    return best
 
 
 class Decider:
@@ -332,17 +210,17 @@ class Decider:
         or, where the model reads both, cosine (at least `extraction_retract_cosine`). Events and
         other people's facts are never taken back.
         """
-        earlier = [r for r in self._recent(record) if _retractable(r)]
+        earlier = [r for r in self._recent(record) if retractable(r)]
         session = [r for r in earlier if r.session_id == record.session_id]
         if candidate.replaces:
             # It names what it takes back: only the user's own statement about that, in any wording,
             # the latest of this run's and the stored ones, then of those it was compared with.
             named = frozenset().union(*(topic_words(old) for old in candidate.replaces))
-            nearby = [p for p in pool if _retractable(p) and p.created_at <= record.created_at]
-            return next((o for o in [*earlier, *nearby] if named & topic_words(_held_text(o))), None)
-        about = topic_words(_asserted_text(record))
+            nearby = [p for p in pool if retractable(p) and p.created_at <= record.created_at]
+            return next((o for o in [*earlier, *nearby] if named & topic_words(held_text(o))), None)
+        about = topic_words(asserted_text(record))
         for other in session:
-            if about & topic_words(_asserted_text(other)):
+            if about & topic_words(asserted_text(other)):
                 return other  # the latest statement of this conversation about the same thing
         if candidate.retracts == "strong" and session:
             return session[0]
@@ -353,11 +231,11 @@ class Decider:
                 return habit
         bars = self.settings.extraction
         best, best_score = None, 1.0  # relative to the bars: 1.0 is "at a bar"
-        candidates = {r.id: r for r in [*earlier, *(p for p in pool if _retractable(p))]}
+        candidates = {r.id: r for r in [*earlier, *(p for p in pool if retractable(p))]}
         for other in candidates.values():
             if other.id == record.id or other.created_at > record.created_at:
                 continue
-            theirs = topic_words(_asserted_text(other))
+            theirs = topic_words(asserted_text(other))
             shared = len(about & theirs)
             score = (2 * shared / (len(about) + len(theirs)) if shared else 0.0) / bars.retract_similarity
             full = self.settings.recall.oov_full_share
@@ -416,9 +294,9 @@ class Decider:
         rest = still_holds(old, replaced)
         if not rest:
             return
-        metadata: dict[str, Any] = {"extractor": _meta(old, "extractor") or "rules", "kept_from": old.id}
-        if _meta(old, "replaces"):
-            metadata["replaces"] = list(_meta(old, "replaces"))  # what it took back itself stays taken back
+        metadata: dict[str, Any] = {"extractor": meta(old, "extractor") or "rules", "kept_from": old.id}
+        if meta(old, "replaces"):
+            metadata["replaces"] = list(meta(old, "replaces"))  # what it took back itself stays taken back
         record = self._prepared(NewMemory(
             user_id=old.user_id, content=rest, memory_type=old.memory_type, agent_id=old.agent_id,
             session_id=old.session_id, importance=old.importance, confidence=old.confidence, created_at=old.created_at,

@@ -41,7 +41,7 @@ from agent_memory.decisions import Decider, ExtractionResult
 from agent_memory.embedding.base import Embedder
 from agent_memory.errors import InvalidInputError
 from agent_memory.llm import LLMExtractor
-from agent_memory.models import MemoryRecord, MessageRecord, Scope, turn_order
+from agent_memory.models import MemoryRecord, MessageRecord, NewMemory, Scope, turn_order
 from agent_memory.rules import ProposedMemory, RulesExtractor
 from agent_memory.service import MemoryService, group_sessions
 
@@ -112,10 +112,27 @@ def extract_and_store(
     return result
 
 
+def logged_raw_memories(service: MemoryService, messages: Sequence[MessageRecord]) -> list[NewMemory]:
+    """The raw memories of some turns of one session, read within the whole logged session.
+
+    A conversation arrives a few turns at a time: its first turns take their context from the
+    turns logged before them, and whether the session has several people is decided on all of
+    it, as an import and `agent-memory reindex` decide it.
+    """
+    if not messages:
+        return []
+    first = messages[0]
+    logged = service.store.session_messages(Scope.user(first.org_id, first.user_id), first.session_id, 1_000_000)
+    session = {m.message_id: m for m in logged} | {m.message_id: m for m in messages}
+    ordered = sorted(session.values(), key=lambda m: turn_order(m.created_at, m.message_id))
+    wanted = {m.message_id for m in messages}
+    return [memory for memory in service.raw_memories(ordered) if memory.source_ids[0] in wanted]
+
+
 def _store_raw(service: MemoryService, org_id: str, messages: list[MessageRecord], actor: str) -> ExtractionResult:
     result = ExtractionResult(mode="raw", messages=len(messages))
     records = [service.prepare(org_id, m) for session in group_sessions(messages)
-               for m in service.logged_raw_memories(session)]
+               for m in logged_raw_memories(service, session)]
     result.candidates = len(records)
     written = service.write_records(org_id, records, actor=actor, on_conflict="skip")
     result.created = [i for i in written.ids if i in written.created]

@@ -14,6 +14,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
+from agent_memory import listings
 from agent_memory.access import AccessRecorder
 from agent_memory.context import ContextBuilder
 from agent_memory.edits import Edits
@@ -35,7 +36,6 @@ from agent_memory.models import (
     SearchQuery,
     check_identifier,
     parse_input,
-    turn_order,
     utcnow,
 )
 from agent_memory.portability import export_lines, parse_export
@@ -44,7 +44,7 @@ from agent_memory.recall import Recaller
 from agent_memory.rows import RowBuilder, group_sessions, person_name
 from agent_memory.settings import Settings
 from agent_memory.store import MemoryStore, Page, StoreMaintenance
-from agent_memory.timeline import decode_cursor, encode_cursor, page_of, query_time, timeline_events
+from agent_memory.timeline import timeline_page
 from agent_memory.writes import OnConflict, WriteResult, Writes
 
 __all__ = ["MemoryService", "WriteResult", "OnConflict", "group_sessions", "person_name"]
@@ -212,28 +212,8 @@ class MemoryService:
 
     def timeline(self, scope: Scope, *, since: datetime | None = None, until: datetime | None = None,
                  limit: int = 500, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of the user's timeline, oldest first: every change of their memories (that the
-        scope's viewer may read) with the text and status after it (agent_memory.timeline), and the
-        cursor of the next page."""
-        since, until = query_time("since", since), query_time("until", until)
-        chosen: dict[str, Any] = {}
-
-        def select(keys: list[dict[str, Any]]) -> set[str]:
-            # The page is cut on the events' keys; only its events, and every event of the memories
-            # it shows (their text is replayed from them), are read whole.
-            page, chosen["cursor"] = page_of(keys, since=since, until=until, limit=limit, cursor=cursor)
-            chosen["page"] = [k["id"] for k in page]
-            memories = {k["memory_id"] for k in page if k["memory_id"] is not None}
-            return {k["id"] for k in keys if k["memory_id"] in memories} | set(chosen["page"])
-
-        events = self.store.user_events(scope, select)
-        stated = {e.memory_id for e in events if e.action == "created" or (e.action == "merged" and e.after
-                                                                         and "content" in e.after)}
-        unstated = sorted({e.memory_id for e in events if e.memory_id is not None} - stated)
-        stored = {r.id: r for chunk in range(0, len(unstated), 1000)
-                  for r in self.store.get_memories(scope, unstated[chunk:chunk + 1000])}
-        shown = {e["id"]: e for e in timeline_events(events, stored)}
-        return [shown[i] for i in chosen["page"]], chosen["cursor"]
+        """One page of the user's timeline, oldest first, and the next page's cursor (agent_memory.timeline)."""
+        return timeline_page(self.store, scope, since=since, until=until, limit=limit, cursor=cursor)
 
     def erase_user(self, org_id: str, user_id: str, *, actor: str = "api", purge: bool = True) -> dict[str, Any]:
         """Erase a user, unrecoverably: open the erasure's job (its report is the receipt), delete
@@ -353,42 +333,15 @@ class MemoryService:
             raise InvalidInputError("last must be between 1 and 1000")
         return self.store.session_messages(scope, session_id, last)
 
-    def logged_raw_memories(self, messages: Sequence[MessageRecord]) -> list[NewMemory]:
-        """`raw_memories` of some turns of one session, read within the whole logged session.
-
-        A conversation arrives a few turns at a time: its first turns take their context from the
-        turns logged before them, and whether the session has several people is decided on all of
-        it, as an import and `agent-memory reindex` decide it.
-        """
-        if not messages:
-            return []
-        first = messages[0]
-        logged = self.store.session_messages(Scope.user(first.org_id, first.user_id), first.session_id, 1_000_000)
-        session = {m.message_id: m for m in logged} | {m.message_id: m for m in messages}
-        ordered = sorted(session.values(), key=lambda m: turn_order(m.created_at, m.message_id))
-        wanted = {m.message_id for m in messages}
-        return [memory for memory in self.rows.raw_memories(ordered) if memory.source_ids[0] in wanted]
-
     def users(self, org_id: str, *, limit: int = 50, cursor: str | None = None,
               prefix: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of the org's users by id (those whose id starts with `prefix`), each with its
-        memories counted by status and (active ones) by type, and its last activity; the next cursor."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInputError("limit must be between 1 and 1000")
-        if prefix:
-            check_identifier("prefix", prefix)
-        after = None if cursor is None else decode_cursor(cursor)[1]
-        users, last = self.store.user_page(OrgScope(org_id), limit=limit, after=after, prefix=prefix or None)
-        return users, None if last is None else encode_cursor("user", last)
+        """One page of the org's users by id, with their counts (agent_memory.listings)."""
+        return listings.users(self.store, OrgScope(org_id), limit=limit, cursor=cursor, prefix=prefix)
 
     def jobs(self, org_id: str, *, kind: str | None = None, state: str | None = None, limit: int = 50,
              cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of the org's jobs, newest first, of one kind and in one state where given."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInputError("limit must be between 1 and 1000")
-        check_identifier("kind", kind, required=False)
-        check_identifier("state", state, required=False)
-        return self.store.list_jobs(OrgScope(org_id), kind=kind, state=state, limit=limit, cursor=cursor)
+        """One page of the org's jobs, newest first (agent_memory.listings)."""
+        return listings.jobs(self.store, OrgScope(org_id), kind=kind, state=state, limit=limit, cursor=cursor)
 
     def stats(self, org_id: str | None = None) -> dict[str, Any]:
         """What the store holds: of one org, or of every org (through the maintenance interface)."""

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import MemoryEvent, MemoryRecord, as_utc
+from agent_memory.models import MemoryEvent, MemoryRecord, Scope, as_utc
+from agent_memory.store import MemoryStore
 
 # What the memory's status is after each action (None: as it was; `feedback` says it itself).
 STATUS_AFTER = {
@@ -154,3 +155,28 @@ def query_time(name: str, value: datetime | None) -> datetime | None:
         return as_utc(value)
     except ValueError as exc:
         raise InvalidInputError(f"{name}: {exc}") from None
+
+
+def timeline_page(store: MemoryStore, scope: Scope, *, since: datetime | None, until: datetime | None, limit: int,
+                  cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the user's timeline, oldest first: every change of their memories (that the
+    scope's viewer may read) with the text and status after it, and the cursor of the next page."""
+    since, until = query_time("since", since), query_time("until", until)
+    chosen: dict[str, Any] = {}
+
+    def select(keys: list[dict[str, Any]]) -> set[str]:
+        # The page is cut on the events' keys; only its events, and every event of the memories
+        # it shows (their text is replayed from them), are read whole.
+        page, chosen["cursor"] = page_of(keys, since=since, until=until, limit=limit, cursor=cursor)
+        chosen["page"] = [k["id"] for k in page]
+        memories = {k["memory_id"] for k in page if k["memory_id"] is not None}
+        return {k["id"] for k in keys if k["memory_id"] in memories} | set(chosen["page"])
+
+    events = store.user_events(scope, select)
+    stated = {e.memory_id for e in events if e.action == "created" or (e.action == "merged" and e.after
+                                                                     and "content" in e.after)}
+    unstated = sorted({e.memory_id for e in events if e.memory_id is not None} - stated)
+    stored = {r.id: r for chunk in range(0, len(unstated), 1000)
+              for r in store.get_memories(scope, unstated[chunk:chunk + 1000])}
+    shown = {e["id"]: e for e in timeline_events(events, stored)}
+    return [shown[i] for i in chosen["page"]], chosen["cursor"]

@@ -381,6 +381,7 @@ def _request(method: str, path: str, operation: dict, target: Target) -> dict[st
         "POST /v1/context": {"user_id": target.user, "session_id": target.session,
                              "query": f"{CANARY} victim secret", "top_k": 0},
         "PATCH /v1/memories/{memory_id}": {"importance": 0.9},
+        "POST /v1/memories/{memory_id}/feedback": {"signal": "useful", "note": "probe"},
         "POST /v1/conversations": {"user_id": target.user, "session_id": target.session, "mode": "raw",
                                    "messages": [{"role": "user", "content": "probe", "message_id": "probe-1"}]},
         "POST /v1/jobs/import": {"path": f"absent-{target.user}.jsonl"},

@@ -36,8 +36,11 @@ STORE_OR_SERVER = ("Runs through the HTTP API of the server --url names (or AGEN
 def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
         ctx.meta[VERBOSE] = True  # one dictionary for the group's context and its commands'
-        # The model's loading bar and log lines, which the embedder keeps off otherwise.
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "info")
+        # The model's loading bar and log lines, which the embedder keeps off otherwise, for this
+        # command only (a command run in process, as CliRunner runs it, leaves the environment as it was).
+        if "TRANSFORMERS_VERBOSITY" not in os.environ:
+            os.environ["TRANSFORMERS_VERBOSITY"] = "info"
+            ctx.call_on_close(lambda: os.environ.pop("TRANSFORMERS_VERBOSITY", None))
 
 
 def _verbose_option() -> click.Option:

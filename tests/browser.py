@@ -47,9 +47,10 @@ def wait_job(client: Any, job_id: str) -> dict[str, Any]:
     return job
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """The system's Chromium, headless, for the whole session."""
+    """The system's Chromium, headless, for one module's tests: Playwright's sync API runs an event
+    loop in this thread while it is open, and the modules after these run asyncio loops of their own."""
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:

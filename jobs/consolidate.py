@@ -127,12 +127,15 @@ def run_consolidation(
 
     `now` is the run's clock for expiry, decay and retention (tests set it). `use_ray` None picks
     Ray Data above `IN_PROCESS_MAX_USERS` users and runs in-process below. A dry run plans only:
-    it takes no lease and changes no memory. Raises ConflictError while another run holds the lease.
+    it changes no memory, and takes the lease only where it is recorded (a job: one run at a time on
+    the cluster, whose workers would otherwise wait on one another's CPUs). Raises ConflictError
+    while another run holds the lease.
     `show_progress`: a progress bar of the users done on standard error. `recorded`: whether the run
     has a job row (default: unless a dry run); a recorded dry run's row holds its plan (`clusters`,
     `plan_report`), readable before a real run.
     """
     recorded = not dry_run if recorded is None else recorded
+    leased = not dry_run or recorded
     started = time.perf_counter()
     now = now or utcnow()
     check_identifier("org_id", org_id, required=False)
@@ -145,7 +148,7 @@ def run_consolidation(
               else maintenance.memory_owners(OrgScope(org_id) if org_id is not None else None))
     owner = owner or f"run-{uuid.uuid4().hex[:12]}"
     ttl = timedelta(seconds=settings.consolidation.lease_seconds)
-    if not dry_run and not maintenance.leases.acquire(LEASE, owner, ttl, now):
+    if leased and not maintenance.leases.acquire(LEASE, owner, ttl, now):
         holder = maintenance.leases.holder(LEASE, now) or {}
         raise ConflictError(
             f"another consolidation run ({holder.get('owner', 'unknown')}) holds the lease until "
@@ -170,7 +173,7 @@ def run_consolidation(
                   else _in_process(owners, settings, now, dry_run))
         bar = ProgressBar(len(owners), desc="consolidate", unit="user", show=show_progress)
         try:
-            users = _collect(_counted(stream, bar), maintenance, owner, ttl, now, started, dry_run,
+            users = _collect(_counted(stream, bar), maintenance, owner, ttl, now, started, leased,
                              compact_every=0 if dry_run else settings.consolidation.compact_every_users)
         finally:
             bar.close()
@@ -195,7 +198,7 @@ def run_consolidation(
             store.put_job(OrgScope(job.org_id), failed.as_row())
         raise
     finally:
-        if not dry_run:
+        if leased:
             maintenance.leases.release(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))
     memories = report["tables"]["memories"]
     report["fragments"] = {"before": memories["before"]["fragments"], "after": memories.get("after", {}).get("fragments")}
@@ -231,8 +234,9 @@ MID_RUN_RETAIN = timedelta(minutes=10)
 
 
 def _collect(stream: Iterable[dict], maintenance: StoreMaintenance, owner: str, ttl: timedelta, now: datetime, started: float,
-             dry_run: bool, compact_every: int = 0) -> list[dict]:
-    """Drain the per-user reports, renewing the lease whenever a third of its time has passed.
+             leased: bool, compact_every: int = 0) -> list[dict]:
+    """Drain the per-user reports, renewing the lease (where the run holds it) whenever a third of
+    its time has passed.
 
     Every `compact_every` changed users the tables are compacted and new rows indexed, so that
     the workers' reads do not slow down over a long run; versions are kept for MID_RUN_RETAIN,
@@ -251,7 +255,7 @@ def _collect(stream: Iterable[dict], maintenance: StoreMaintenance, owner: str, 
             except Exception:  # a commit conflict with a worker: the next round or the final pass compacts
                 log.warning("mid-run compaction failed; the run continues", exc_info=True)
         elapsed = time.perf_counter()
-        if not dry_run and elapsed - last_renewal > ttl.total_seconds() / 3:
+        if leased and elapsed - last_renewal > ttl.total_seconds() / 3:
             if not maintenance.leases.renew(LEASE, owner, ttl, now + timedelta(seconds=elapsed - started)):
                 raise ConflictError("the consolidation lease was lost (the run took longer than its lease)",
                                     code="consolidation_lease_lost")

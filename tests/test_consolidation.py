@@ -559,3 +559,18 @@ def test_contractions_digit_groups_and_aspect_words_merge_while_roles_and_time_f
              ("用户的房贷在招商银行。", "用户公婆的房贷在招商银行。")]  # the in-laws'
     ids, plan = _dry_run(service, same + apart)
     assert _merged_pairs(plan) == {frozenset((ids[a], ids[b])) for a, b in same}
+
+
+def test_a_dry_run_submitted_as_a_job_waits_its_turn_for_the_lease(service: MemoryService) -> None:
+    """A recorded dry run (POST /v1/jobs/consolidate with dry_run) is one run among the others for
+    the lease: refused while another holds it, its job failed with the reason. A dry run of the
+    command line, which has no job, plans beside a running one."""
+    plant(service)
+    ttl = timedelta(seconds=service.settings.consolidation.lease_seconds)
+    assert maintenance_of(service.store).leases.acquire(LEASE, "run-holder", ttl, utcnow())
+    options = {"org_id": "acme", "user_id": "alice", "dry_run": True}
+    answer = _run_and_report(service.settings, {**options, "owner": "run-dry", "recorded": True})
+    assert answer["code"] == "consolidation_running", answer
+    assert service.store.get_job(OrgScope("acme"), job_id("run-dry"))["state"] == "failed"
+    assert run_consolidation(service.settings, org_id="acme", user_id="alice", dry_run=True, use_ray=False)["dry_run"]
+    assert maintenance_of(service.store).leases.holder(LEASE, utcnow())["owner"] == "run-holder"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -88,16 +89,9 @@ def evaluate(history: str | None, questions: str | None, extraction: str | None,
 def _extraction(config: Any, cases_path: str, org_id: str, as_json: bool) -> int:
     """Precision and recall of the rules extractor, and of the LLM when configured."""
     from agent_memory.evaluation import evaluate_extraction, format_extraction_table, load_extraction_cases
-    from storage.connect import open_service
 
     cases = load_extraction_cases(cases_path)
-    modes = ["rules", "llm"] if config.llm.configured else ["rules"]
-    reports = []
-    for mode in modes:
-        with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
-            scratch = config.replace(storage_uri=os.path.join(tmp, "lancedb"))
-            with open_service(scratch) as service:
-                reports.append(evaluate_extraction(service, cases, mode, org_id=org_id))
+    reports = _per_mode(config, lambda service, mode: evaluate_extraction(service, cases, mode, org_id=org_id))
     if as_json:
         print_json({r["mode"]: r for r in reports})
     else:
@@ -105,6 +99,18 @@ def _extraction(config: Any, cases_path: str, org_id: str, as_json: bool) -> int
         if not config.llm.configured:
             print("(llm: not configured; set AGENT_MEMORY_LLM_BASE_URL and AGENT_MEMORY_LLM_MODEL to score it)")
     return 0
+
+
+def _per_mode(config: Any, evaluate: Callable[[Any, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`evaluate(service, mode)` for the rules, and the LLM when configured, each on a scratch store."""
+    from storage.connect import open_service
+
+    reports = []
+    for mode in ["rules", "llm"] if config.llm.configured else ["rules"]:
+        with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
+            with open_service(config.replace(storage_uri=os.path.join(tmp, "lancedb"))) as service:
+                reports.append(evaluate(service, mode))
+    return reports
 
 
 def _facts(config: Any, facts: str | None, observations: str | None, org_id: str, as_json: bool) -> int:
@@ -119,20 +125,13 @@ def _facts(config: Any, facts: str | None, observations: str | None, org_id: str
         load_fact_dialogues,
         observation_dialogues,
     )
-    from storage.connect import open_service
 
     if facts:
         dialogues = load_fact_dialogues(facts)
     else:
         folder = Path(str(observations))
         dialogues = observation_dialogues(folder / "history.jsonl", folder / "observations.jsonl")
-    modes = ["rules", "llm"] if config.llm.configured else ["rules"]
-    reports = []
-    for mode in modes:
-        with tempfile.TemporaryDirectory(prefix="agent-memory-eval-") as tmp:
-            scratch = config.replace(storage_uri=os.path.join(tmp, "lancedb"))
-            with open_service(scratch) as service:
-                reports.append(evaluate_facts(service, dialogues, mode, org_id=org_id))
+    reports = _per_mode(config, lambda service, mode: evaluate_facts(service, dialogues, mode, org_id=org_id))
     if as_json:
         print_json({r["mode"]: r for r in reports})
     else:

@@ -14,7 +14,7 @@ from agent_memory.models import MemoryEvent, MessageRecord, OrgScope, Scope, Wri
 from agent_memory.store import EventSelection
 from storage import schema as sc
 from storage.filters import Where, scoped
-from storage.memory_rows import check_within, decode_cursor, encode_cursor
+from storage.memory_rows import check_within, encode_cursor, newest_page
 from storage.tables import Tables, retrying
 
 
@@ -128,18 +128,13 @@ class Journal:
             where.eq("kind", kind)
         if state is not None:
             where.eq("state", state)
-        keys = self.tables.rows(sc.JOBS, where, ["id", "created_at"])
-        keys.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
-        if cursor is not None:
-            after = decode_cursor(cursor)
-            keys = [k for k in keys if (k["created_at"].isoformat(), k["id"]) < after]
-        page = keys[:limit]
+        page, more = newest_page(self.tables.rows(sc.JOBS, where, ["id", "created_at"]), limit, cursor)
         if not page:
             return [], None
         found = {r["id"]: sc.job_dict(r) for r in self.tables.rows(sc.JOBS, scoped(scope).isin("id", [k["id"] for k in page]))}
         jobs = [found[k["id"]] for k in page if k["id"] in found]
         last = page[-1]
-        return jobs, (encode_cursor(last["created_at"].isoformat(), last["id"]) if len(keys) > limit else None)
+        return jobs, (encode_cursor(last["created_at"].isoformat(), last["id"]) if more else None)
 
     def verdicts(self, scope: Scope, ids: Sequence[str]) -> dict[str, bool]:
         """The remembered verdicts among these pair ids of one user: id -> same fact or not."""

@@ -7,6 +7,7 @@ import base64
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -93,16 +94,11 @@ class MemoryRows:
             where.null_or_gt("expires_at", as_of)
         elif status is not None:
             where.eq("status", status)
-        keys = self.tables.rows(sc.MEMORIES, where, ["id", "created_at"])
-        keys.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
-        if cursor is not None:
-            after = decode_cursor(cursor)
-            keys = [k for k in keys if (k["created_at"].isoformat(), k["id"]) < after]
-        page = keys[:limit]
+        page, more = newest_page(self.tables.rows(sc.MEMORIES, where, ["id", "created_at"]), limit, cursor)
         records = {r.id: r for r in self.get(scope, [k["id"] for k in page])}
         ordered = [records[k["id"]] for k in page if k["id"] in records]
         next_cursor = None
-        if len(keys) > limit and page:
+        if more and page:
             last = page[-1]
             next_cursor = encode_cursor(last["created_at"].isoformat(), last["id"])
         return Page(ordered, next_cursor)
@@ -189,3 +185,13 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
         return str(created_at), str(memory_id)
     except Exception:
         raise InvalidInputError("cursor is not one this server returned") from None
+
+
+def newest_page(keys: list[dict[str, Any]], limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], bool]:
+    """Rows' keys (`id`, `created_at`), newest first, after `cursor` (from `encode_cursor`): the first
+    `limit`, and whether more follow."""
+    keys = sorted(keys, key=lambda r: (r["created_at"], r["id"]), reverse=True)
+    if cursor is not None:
+        after = decode_cursor(cursor)
+        keys = [k for k in keys if (k["created_at"].isoformat(), k["id"]) < after]
+    return keys[:limit], len(keys) > limit

@@ -151,9 +151,21 @@ class TermCounts:
 
     def grouped(self, groups: np.ndarray, count: int) -> TermCounts:
         """The counts of `count` groups of the documents (`groups`: each document's group)."""
-        tf = np.zeros((count, self.tf.shape[1]))
-        np.add.at(tf, groups, self.tf)
-        return TermCounts(tf, np.bincount(groups, weights=self.lengths, minlength=count), self.idf_mass)
+        return TermCounts(group_sums(self.tf, groups, count), np.bincount(groups, weights=self.lengths, minlength=count),
+                          self.idf_mass)
+
+
+def group_sums(rows: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
+    """The sum of the rows of each of `count` groups (`groups`: each row's group, 0..count-1), in one
+    pass over the rows sorted by group (`np.add.at`, the obvious way, is an order of magnitude slower)."""
+    sums = np.zeros((count, rows.shape[1]))
+    if not len(groups):
+        return sums
+    order = np.argsort(groups, kind="stable")
+    ordered = groups[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sums[ordered[starts]] = np.add.reduceat(np.asarray(rows, dtype=np.float64)[order], starts, axis=0)
+    return sums
 
 
 def term_counts(query: Sequence[str], documents: Sequence[Sequence[str]]) -> TermCounts:
@@ -180,9 +192,8 @@ def term_counts(query: Sequence[str], documents: Sequence[Sequence[str]]) -> Ter
     unheld.difference_update(column)
     missing = float(idf(n, 0)) * sum(1 for term in unheld if not CJK.search(term)) if n else 0.0
     lengths = np.fromiter((len(d) for d in documents), dtype=np.float64, count=n)
-    tf = np.zeros((n, len(column)))
-    if rows:
-        np.add.at(tf, (rows, columns), 1.0)
+    cells = np.asarray(rows, dtype=np.int64) * len(column) + np.asarray(columns, dtype=np.int64)
+    tf = np.bincount(cells, minlength=n * len(column)).astype(np.float64).reshape(n, len(column))
     held = float(idf(n, np.count_nonzero(tf, axis=0)).sum()) if rows else 0.0
     return TermCounts(tf, lengths, held + missing)
 

@@ -279,8 +279,7 @@ def scanned_turns(result: pa.Table, created: np.ndarray, rows: np.ndarray, matri
     grouped = np.where(session >= 0, session, count)
     session_cosine = np.full(len(session), np.nan)
     if matrix is not None:
-        sums = np.zeros((count + 1, matrix.shape[1]))
-        np.add.at(sums, grouped, matrix)
+        sums = scoring.group_sums(matrix, grouped, count + 1)
         norms = np.linalg.norm(sums, axis=1)
         totals = np.bincount(grouped, weights=cosine, minlength=count + 1)
         session_cosine = (totals / np.where(norms > 0, norms, 1.0))[grouped]

@@ -171,6 +171,22 @@ def test_bm25_follows_the_okapi_formula() -> None:
     assert scoring.bm25(long_query, docs).tolist() == pytest.approx(scoring.bm25(["python", "tea"], docs).tolist())
 
 
+def test_group_sums_add_each_groups_rows_and_leave_empty_groups_zero() -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((200, 7)).astype(np.float32)
+    groups = rng.integers(0, 12, 200)
+    groups[groups == 5] = 6  # group 5 holds no row
+    expected = np.zeros((13, 7))
+    np.add.at(expected, groups, rows)
+    assert np.array_equal(scoring.group_sums(rows, groups, 13), expected)
+    assert scoring.group_sums(np.zeros((0, 3)), np.zeros(0, dtype=int), 2).tolist() == [[0.0] * 3] * 2
+    # A session of a pool is one document: its turns' term counts and lengths add up.
+    counts = scoring.term_counts(["tea", "green"], [("tea",), ("green", "tea"), ("coffee",)])
+    assert counts.tf.tolist() == [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+    grouped = counts.grouped(np.array([0, 0, 1]), 2)
+    assert grouped.tf.tolist() == [[2.0, 1.0], [0.0, 0.0]] and grouped.lengths.tolist() == [3.0, 1.0]
+
+
 def test_index_terms_are_the_same_from_many_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -154,49 +154,50 @@ def run_consolidation(
             f"another consolidation run ({holder.get('owner', 'unknown')}) holds the lease until "
             f"{holder.get('expires_at', 'it expires')}; try again later", code="consolidation_running",
         )
-    report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
-    shapes_before = maintenance.stats()["tables"]
-    job = JobRecord(id=job_id(owner), org_id=report_org(org_id), user_id=user_id, kind="consolidation",
-                    state="running", created_at=now, updated_at=utcnow(),
-                    report={"users": len(owners), "dry_run": dry_run})
-    if recorded:
-        store.put_job(OrgScope(job.org_id), job.as_row())
-    try:
-        if not dry_run:
-            # Recall hits logged since the last run become part of the rows first: expiry reads
-            # when a memory was last used, and merges add up the counts. The rows this rewrites
-            # are put back in order with the rest at the end of the run.
-            report["access_folded"] = maintenance.fold_access(
-                None if org_id is None else Scope.user(org_id, user_id) if user_id is not None else OrgScope(org_id))
-        ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
-        stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
-                  else _in_process(owners, settings, now, dry_run))
-        bar = ProgressBar(len(owners), desc="consolidate", unit="user", show=show_progress)
-        try:
-            users = _collect(_counted(stream, bar), maintenance, owner, ttl, now, started, leased,
-                             compact_every=0 if dry_run else settings.consolidation.compact_every_users)
-        finally:
-            bar.close()
-        report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
-        report.update(_totals(users, dry_run))
-        if not dry_run:
-            optimized = maintenance.optimize(retain=timedelta(hours=settings.consolidation.keep_versions_hours), cluster=True)
-            report["tables"] = optimized
-            retention = settings.consolidation
-            if report["purged"] or report["messages_purged"] or retention.retention_days or retention.message_retention_days:
-                # What retention deleted leaves the files too, as an erasure's rows do. With
-                # retention on this runs every time, so a purge cut short is done by the next run.
-                # The versions of the last minutes stay: the Writer and other jobs may still be
-                # committing on them (their files go at the next run).
-                report["retention_purge"] = maintenance.purge_versions(
-                    ["memories", "events", "messages", "access"], keep=RETENTION_PURGE_KEEP)
-        else:
-            report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
-    except Exception as exc:
+    try:  # from here on the lease goes back however the run ends (a store error included)
+        report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
+        shapes_before = maintenance.stats()["tables"]
+        job = JobRecord(id=job_id(owner), org_id=report_org(org_id), user_id=user_id, kind="consolidation",
+                        state="running", created_at=now, updated_at=utcnow(),
+                        report={"users": len(owners), "dry_run": dry_run})
         if recorded:
-            failed = replace(job, state="failed", updated_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
-            store.put_job(OrgScope(job.org_id), failed.as_row())
-        raise
+            store.put_job(OrgScope(job.org_id), job.as_row())
+        try:
+            if not dry_run:
+                # Recall hits logged since the last run become part of the rows first: expiry reads
+                # when a memory was last used, and merges add up the counts. The rows this rewrites
+                # are put back in order with the rest at the end of the run.
+                report["access_folded"] = maintenance.fold_access(
+                    None if org_id is None else Scope.user(org_id, user_id) if user_id is not None else OrgScope(org_id))
+            ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
+            stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
+                      else _in_process(owners, settings, now, dry_run))
+            bar = ProgressBar(len(owners), desc="consolidate", unit="user", show=show_progress)
+            try:
+                users = _collect(_counted(stream, bar), maintenance, owner, ttl, now, started, leased,
+                                 compact_every=0 if dry_run else settings.consolidation.compact_every_users)
+            finally:
+                bar.close()
+            report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
+            report.update(_totals(users, dry_run))
+            if not dry_run:
+                optimized = maintenance.optimize(retain=timedelta(hours=settings.consolidation.keep_versions_hours), cluster=True)
+                report["tables"] = optimized
+                retention = settings.consolidation
+                if report["purged"] or report["messages_purged"] or retention.retention_days or retention.message_retention_days:
+                    # What retention deleted leaves the files too, as an erasure's rows do. With
+                    # retention on this runs every time, so a purge cut short is done by the next run.
+                    # The versions of the last minutes stay: the Writer and other jobs may still be
+                    # committing on them (their files go at the next run).
+                    report["retention_purge"] = maintenance.purge_versions(
+                        ["memories", "events", "messages", "access"], keep=RETENTION_PURGE_KEEP)
+            else:
+                report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
+        except Exception as exc:
+            if recorded:
+                failed = replace(job, state="failed", updated_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
+                store.put_job(OrgScope(job.org_id), failed.as_row())
+            raise
     finally:
         if leased:
             maintenance.leases.release(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))

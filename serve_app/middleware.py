@@ -71,6 +71,13 @@ def serve_request_id() -> str | None:
         return None
 
 
+def api_path(scope: dict[str, Any]) -> str:
+    """The request's path within the app: ASGI's `path` holds the app's route prefix
+    (`root_path`, as `serve.run(..., route_prefix=...)` mounts it) before it."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 def is_json(content_type: bytes | None) -> bool:
     """Whether a `content-type` header names JSON (`application/json`, `application/*+json`, any
     parameters), or is absent: FastAPI reads a body without one as JSON."""
@@ -133,7 +140,7 @@ class RequestContext:
         state = STATE
         try:
             try:
-                if scope["path"].startswith("/v1/"):
+                if api_path(scope).startswith("/v1/"):
                     await wait_for_start(state.starting)
                 await self._limited(scope, receive, send_status, state.settings.limits.max_body_bytes, headers)
             except Exception as exc:

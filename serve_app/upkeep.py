@@ -206,6 +206,11 @@ class StoreUpkeep:
         for org_id, job_id in outcome["failed"]:  # tried again later, like a purge failed after its answer
             self.purge_later(PURGE_RETRY_S, org_id, job_id, 2)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop` was called (the replica is going away)."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         """Stop folding and scheduling purges; give the lease back."""
         self._stopping.set()

@@ -200,7 +200,7 @@ class WriterDeployment:
             try:
                 return pending.result(timeout=1.0)
             except concurrent.futures.TimeoutError:
-                if self._stopping.is_set() or self._loop.is_closed():
+                if self._upkeep.stopping or self._loop.is_closed():
                     pending.cancel()
                     raise UnavailableError("the writer is stopping") from None
 

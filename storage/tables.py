@@ -55,18 +55,27 @@ class CommitRetries:
 
 
 def retrying(action: Callable[[], T], what: str, attempts: int = RETRIES) -> T:
-    """Run a commit, retrying on Lance's commit conflicts with a short backoff (10 ms, doubling)."""
+    """Run a commit, retrying on Lance's commit conflicts with a short backoff (10 ms, doubling), and
+    where the version it started from was dropped meanwhile (an erasure's purge in another process
+    keeps only the latest versions): the retry starts from the latest."""
     for attempt in range(attempts):
         try:
             return action()
         except Exception as exc:  # Lance surfaces conflicts as OSError/RuntimeError with text
             text = str(exc).lower()
-            if attempt + 1 < attempts and ("conflict" in text or "retry" in text or "concurrent" in text):
+            if attempt + 1 < attempts and (any(word in text for word in ("conflict", "retry", "concurrent"))
+                                           or dropped_version(text)):
                 CommitRetries.count += 1
                 time.sleep(0.01 * 2**attempt)
                 continue
             raise
     raise AssertionError("unreachable")
+
+
+def dropped_version(text: str) -> bool:
+    """Whether Lance's error (lower case) says a version's manifest is gone: a version read or
+    committed on was removed by a purge of old versions after it was resolved."""
+    return "not found" in text and "_versions/" in text and ".manifest" in text
 
 
 def check_model(uri: str, stored: tuple[str, int], model: str | None, dim: int | None) -> None:

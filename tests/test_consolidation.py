@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import threading
 from contextlib import redirect_stdout
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -450,6 +452,16 @@ def test_the_lease_blocks_a_second_run_and_expires(service: MemoryService, clock
     clock.advance(seconds=ttl.total_seconds() + 1)  # the killed run never renewed: its lease expires
     assert consolidate(service, clock)["clusters"] == 4
     assert maintenance_of(service.store).leases.holder(LEASE, clock()) is None  # released at the end
+
+
+def test_a_run_the_store_fails_under_gives_its_lease_back(service: MemoryService, clock: Clock) -> None:
+    """A store error between taking the lease and the run's work (here a table's files gone) ends
+    the run with the error, and the next run is not refused for a lease nobody renews."""
+    plant(service)
+    shutil.rmtree(Path(service.settings.storage.uri) / "memories.lance" / "data")
+    with pytest.raises(Exception, match="(?i)not found"):
+        consolidate(service, clock, org_id="acme", user_id="alice")
+    assert maintenance_of(service.store).leases.holder(LEASE, clock()) is None
 
 
 def test_a_run_refused_by_the_lease_ends_its_job_failed(service: MemoryService) -> None:

@@ -109,8 +109,17 @@ class EmbeddingSettings(Group):
     def glosses_chinese(self) -> bool:
         """Whether Chinese texts are embedded as their gloss."""
         if self.gloss_chinese == "auto":
-            return self.model.strip() in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}")
+            return self._bundled()
         return self.gloss_chinese == "on"
+
+    def reads_chinese(self) -> bool:
+        """Whether the model reads Chinese as written: neither the bundled English model (whose
+        Chinese vectors are of the gloss or of `[UNK]`s, whatever the store was written with) nor
+        a model given the gloss."""
+        return not (self._bundled() or self.glosses_chinese())
+
+    def _bundled(self) -> bool:
+        return self.model.strip() in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}")
 
     def query_threads_at(self, precision: str) -> int:
         """The query model's threads were it run at `precision`. Exact, two threads took a lone query

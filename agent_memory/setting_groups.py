@@ -93,10 +93,11 @@ class EmbeddingSettings(Group):
                     "1 for int8.")
 
     gloss_chinese: Literal["auto", "on", "off"] = env(
-        "embedding_gloss_chinese", "off",
+        "embedding_gloss_chinese", "auto",
         description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
-                    "`auto`: for the bundled model. Recall gains; consolidation merges more Chinese look-alikes "
-                    "(docs/recall.md). A store written with another value is re-embedded with `agent-memory reembed`.")
+                    "`auto`: for the bundled model. Consolidation compares glossed Chinese by its words "
+                    "(docs/consolidation.md). A store written with another value is re-embedded with "
+                    "`agent-memory reembed` (docs/recall.md).")
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:

@@ -173,7 +173,8 @@ def run(args: argparse.Namespace, llm: dict[str, Any]) -> None:
               f"{r['recall_main']:.3f}  by class {r['recall_by_class']}  false merges {r['false_merges_by_class']} "
               f"across items {r['false_merges_across_items']}")
     if args.name:
-        write_result(args.name, {"data": args.data.name, "split": args.split, "judge": args.judge, "languages": reports})
+        write_result(args.name, {"data": args.data.name, "split": args.split, "judge": args.judge,
+                                 "embedding_gloss_chinese": settings.embedding.gloss_chinese, "languages": reports})
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ def _signals(texts: PartitionTexts, i: int, j: int, cosine: float, linked: bool,
         "stance_agrees": texts.agree(i, j),
         "wording": rewording(texts.sequences[i], texts.sequences[j], texts.owned[i] | texts.owned[j]),
         "model_reads": not (texts.unreadable[i] or texts.unreadable[j]),
-        # Linked on one text put in the other's words where the dictionary gives both one sense.
+        # Linked on one text put in the other's words where the dictionary gives both one sense,
+        # or on two glosses that say the same words.
         "dictionary": (min(i, j), max(i, j)) in texts.bridged,
         "cosine": round(cosine, 3),
         "lexical": round(lexical, 3),

@@ -135,7 +135,8 @@ class PartitionTexts:
 
     @property
     def bridged(self) -> set[tuple[int, int]]:
-        """The pairs (i < j) linked on one text put in the other's words through the dictionary."""
+        """The pairs (i < j) linked through the dictionary: one text put in the other's words, or
+        two glosses that say the same words."""
         return self.cache.setdefault("bridged", set())
 
     def idf(self) -> dict[str, float]:

@@ -10,16 +10,22 @@ model reads both and their cosine similarity reaches the bar for how their conte
 (`consolidation_similarity` for the same words, `consolidation_reworded_similarity` for one word
 swapped, where a synonym and another thing look alike to the model: "named" for "called", "cat"
 for "dog"; `consolidation_rephrased_similarity` for other wording that shares a content word), or,
-where the model cannot read a text (Chinese with the bundled English model embeds every sentence
-alike, so cosine says nothing), they use the same content words and their lexical similarity
+where the model cannot read a text, they use the same content words and their lexical similarity
 reaches `consolidation_lexical_similarity`; two Chinese texts may also pass that rule with one put
 in the other's words where the dictionary (CC-CEDICT, `agent_memory.gloss`) gives both words one
 sense ("老公" and "丈夫", "电脑" and "计算机").
 
+The bundled English model reads Chinese at best in part: as written, every sentence embeds alike;
+through its English gloss (`embedding_gloss_chinese`), a word swapped for another in the same
+frame glosses close ("我经常加班", "我很少加班": 0.905). So its Chinese is compared by its words,
+whichever way it was embedded; two glossed texts whose glosses say the same content words
+("用户的老公是医生。", "用户的丈夫是大夫。") link where their gloss cosine reaches
+`consolidation_similarity` as well.
+
 Pairs the rules refuse but that come close are near misses, which a judge may still confirm; the
 links that rest on closeness rather than on the same words are doubtful, which a judge may
-review, and so are the links the dictionary made. `pair_signals` and `candidate_pairs` say what
-linking read of a pair and what it decided.
+review, and so are the links the dictionary made. `agent_memory.link_signals` says what linking
+read of a pair and what it decided.
 """
 
 from __future__ import annotations
@@ -86,18 +92,27 @@ class PartitionTexts:
     chars: list[frozenset[str]]
     # Each feature's idf over the user's memories of every status (stable from run to run), when given.
     corpus_idf: dict[str, float] | None = None
+    # Chinese whose vector is of its English gloss (`embedding_gloss_chinese`): the model reads it in part.
+    glossed: list[bool] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Sequence[MemoryRecord], settings: Settings, idf: dict[str, float] | None = None) -> PartitionTexts:
-        """The texts of `records` (what they say: `vector_text`), and which the model cannot read."""
-        return cls.read([r.vector_text for r in records], [r.oov > settings.consolidation.oov_guard for r in records],
-                        [r.id for r in records], [frozenset(apart_ids(r)) for r in records], idf)
+        """The texts of `records` (what they say: `vector_text`), and which the model cannot read:
+        those with many `[UNK]`s, and Chinese where the model reads it through its gloss at best."""
+        guard, in_part = settings.consolidation.oov_guard, not settings.embedding.reads_chinese()
+        said = [r.vector_text for r in records]
+        unreadable = [r.oov > guard or (in_part and is_chinese(t)) for r, t in zip(records, said, strict=True)]
+        glossed = [settings.embedding.glosses_chinese() and r.oov <= guard and is_chinese(t)
+                   for r, t in zip(records, said, strict=True)]
+        return cls.read(said, unreadable, [r.id for r in records], [frozenset(apart_ids(r)) for r in records], idf,
+                        glossed)
 
     @classmethod
     def read(cls, said: list[str], unreadable: list[bool], ids: list[str], apart: list[frozenset[str]],
-             idf: dict[str, float] | None = None) -> PartitionTexts:
-        """What linking compares of these texts, with which the model cannot read and their ids."""
+             idf: dict[str, float] | None = None, glossed: list[bool] | None = None) -> PartitionTexts:
+        """What linking compares of these texts, with which the model cannot read (and which of
+        those it read through their gloss) and their ids."""
         return cls(
             said=said,
             keys=[exact_key(t) for t in said],
@@ -115,11 +130,13 @@ class PartitionTexts:
             features=[lexical_features(t) for t in said],
             chars=[content_characters(t) for t in said],
             corpus_idf=idf,
+            glossed=glossed or [False] * len(said),
         )
 
     @property
     def bridged(self) -> set[tuple[int, int]]:
-        """The pairs (i < j) linked on one text put in the other's words through the dictionary."""
+        """The pairs (i < j) linked through the dictionary: one text put in the other's words, or
+        two glosses that say the same words."""
         return self.cache.setdefault("bridged", set())
 
     def idf(self) -> dict[str, float]:
@@ -257,7 +274,7 @@ def _link_lexical(texts: PartitionTexts, vectors: np.ndarray, settings: Settings
     pairwise pass.
     """
     bar = settings.consolidation.lexical_similarity
-    for similarity, i, j in _lexical_pairs(texts):
+    for similarity, i, j in lexical_pairs(texts):
         unreadable = texts.unreadable[i] or texts.unreadable[j]
         if unreadable:
             close = similarity >= bar and not texts.swapped(i, j)
@@ -267,6 +284,8 @@ def _link_lexical(texts: PartitionTexts, vectors: np.ndarray, settings: Settings
             links[i][j] = links[j][i] = similarity
     if any(texts.chinese):
         _link_in_dictionary_words(texts, bar, links)
+    if any(texts.glossed):
+        _link_same_glosses(texts, vectors, settings.consolidation.similarity, links)
 
 
 def _link_in_dictionary_words(texts: PartitionTexts, bar: float, links: Links) -> None:
@@ -276,7 +295,7 @@ def _link_in_dictionary_words(texts: PartitionTexts, bar: float, links: Links) -
     rule with the first: the same bar, the same guards. Such a link rests on the dictionary, not
     on the user's own words: it is doubtful, and a judge, where configured, reviews it."""
     idf = texts.idf()
-    for _, i, j in _lexical_pairs(texts):
+    for _, i, j in lexical_pairs(texts):
         if not (texts.chinese[i] and texts.chinese[j]) or j in links[i]:
             continue
         rewritten = default_glosser().in_words_of(texts.said[i], texts.said[j])
@@ -290,12 +309,35 @@ def _link_in_dictionary_words(texts: PartitionTexts, bar: float, links: Links) -
             texts.bridged.add((i, j))
 
 
+def _link_same_glosses(texts: PartitionTexts, vectors: np.ndarray, bar: float, links: Links) -> None:
+    """Link two Chinese texts embedded through their gloss whose glosses say the same content
+    words ("用户的老公是医生。", "用户的丈夫是大夫。": "user husband is doctor") at a cosine of at
+    least `consolidation_similarity`, when they agree as written or with one put in the other's
+    words. The gloss cosine alone is no evidence: a word swapped for another in the same frame
+    glosses close ("我经常加班", "我很少加班": "frequently", "very few"; 0.905); the words are, with
+    the guards the Chinese rules use. Such a link rests on the dictionary: it is doubtful."""
+    by_words: dict[frozenset[str], list[int]] = {}
+    for i, text in enumerate(texts.said):
+        if texts.glossed[i]:
+            by_words.setdefault(frozenset(content_sequence(default_glosser().gloss(text))), []).append(i)
+    for words, members in by_words.items():
+        for i, j in combinations(members, 2):
+            if not words or j in links[i] or float(vectors[i] @ vectors[j]) < bar - 1e-6:
+                continue
+            rewritten = default_glosser().in_words_of(texts.said[i], texts.said[j])
+            pair = PartitionTexts.read([texts.said[i], rewritten], [True, True], [texts.ids[i], texts.ids[j]],
+                                       [texts.apart[i], texts.apart[j]])
+            if texts.agree(i, j) or pair.agree(0, 1):
+                links[i][j] = links[j][i] = float(vectors[i] @ vectors[j])
+                texts.bridged.add((i, j))
+
+
 # Where the model reads both, the same content words link from this cosine: "I'm allergic to
 # cats" and "the user is allergic to cats" score 0.77, "Anna is my boss" and "I am Anna's boss" 0.25.
 _SAME_WORDS_MIN_COSINE = 0.6
 
 
-def _lexical_pairs(texts: PartitionTexts) -> list[NearMiss]:
+def lexical_pairs(texts: PartitionTexts) -> list[NearMiss]:
     """(similarity, i, j) of the pairs with an unreadable text that share a feature few of the
     user's memories hold, and of every other pair with the same features; computed once per
     `PartitionTexts`."""
@@ -343,7 +385,7 @@ def _lexical_misses(texts: PartitionTexts, settings: Settings, links: Links) -> 
     """Near misses where the model cannot read a text: unlinked pairs that agree, with some
     lexical similarity (the judge reads the language the model cannot)."""
     lexical_bar = settings.consolidation.judge_lexical_similarity
-    return [(similarity, i, j) for similarity, i, j in _lexical_pairs(texts)
+    return [(similarity, i, j) for similarity, i, j in lexical_pairs(texts)
             if (texts.unreadable[i] or texts.unreadable[j]) and similarity >= lexical_bar and j not in links[i]
             and texts.agree(i, j)]
 
@@ -355,11 +397,11 @@ def doubtful_links(texts: PartitionTexts, links: Links) -> list[NearMiss]:
     cannot (Chinese with the bundled model), a lexical similarity short of identical. Exact
     duplicates, and the same content words in the same order, are not in doubt."""
     found = [(similarity, i, j) for i in links for j, similarity in links[i].items()
-             if j > i and _in_doubt(texts, i, j, similarity)]
+             if j > i and in_doubt(texts, i, j, similarity)]
     return sorted(found)  # the least similar first: the most in doubt
 
 
-def _in_doubt(texts: PartitionTexts, i: int, j: int, similarity: float) -> bool:
+def in_doubt(texts: PartitionTexts, i: int, j: int, similarity: float) -> bool:
     if texts.keys[i] == texts.keys[j]:
         return False
     if (min(i, j), max(i, j)) in texts.bridged:
@@ -368,66 +410,3 @@ def _in_doubt(texts: PartitionTexts, i: int, j: int, similarity: float) -> bool:
         return similarity < 1.0 - 1e-9
     # The same content words in another order may swap who does what ("prefers tea over coffee").
     return texts.sequences[i] != texts.sequences[j]
-
-
-def _signals(texts: PartitionTexts, i: int, j: int, cosine: float, linked: bool, idf: dict[str, float]) -> dict[str, Any]:
-    (neg_i, people_i, time_i), (neg_j, people_j, time_j) = texts.stances[i], texts.stances[j]
-    lexical = weighted_overlap(texts.features[i], texts.features[j], idf)
-    return {
-        "linked": linked,
-        # Linked on closeness, not the same words: an LLM judge, where configured, reviews it.
-        "doubtful": linked and _in_doubt(texts, i, j, lexical),
-        "exact": texts.keys[i] == texts.keys[j],
-        "kept_apart": texts.kept_apart(i, j),
-        "negation": [neg_i, neg_j],
-        "people": [sorted(people_i), sorted(people_j)],
-        "time": [sorted(time_i), sorted(time_j)],
-        "names": [sorted(texts.named[i][0]), sorted(texts.named[j][0])],
-        "roles_swapped": texts.roles_swapped(i, j),
-        "words_swapped": texts.swapped(i, j),
-        "stance_agrees": texts.agree(i, j),
-        "wording": rewording(texts.sequences[i], texts.sequences[j], texts.owned[i] | texts.owned[j]),
-        "model_reads": not (texts.unreadable[i] or texts.unreadable[j]),
-        # Linked on one text put in the other's words where the dictionary gives both one sense.
-        "dictionary": (min(i, j), max(i, j)) in texts.bridged,
-        "cosine": round(cosine, 3),
-        "lexical": round(lexical, 3),
-    }
-
-
-def pair_signals(a: MemoryRecord, b: MemoryRecord, vector_a: np.ndarray, vector_b: np.ndarray,
-                 settings: Settings) -> dict[str, Any]:
-    """What linking reads of one pair, and whether it links them (idf over the two alone)."""
-    texts = PartitionTexts.of([a, b], settings)
-    links, _ = link_graph([a, b], np.stack([vector_a, vector_b]), settings, texts=texts)
-    return _signals(texts, 0, 1, float(np.dot(vector_a, vector_b)), 1 in links[0], texts.idf())
-
-
-def candidate_pairs(records: Sequence[MemoryRecord], vectors: np.ndarray, settings: Settings,
-                    idf: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """Every pair of one user's memories that linking looked at closely, with the signals that
-    decided it (what `consolidate --dry-run` prints): pairs it linked, and pairs that came within
-    the judge's bars (a cosine of `consolidation_judge_similarity` where the model reads both, a
-    lexical similarity of `consolidation_judge_lexical_similarity` where it cannot)."""
-    out: list[dict[str, Any]] = []
-    partitions: dict[tuple[Any, ...], list[int]] = {}
-    for i, r in enumerate(records):
-        partitions.setdefault((r.memory_type, r.team_id, r.agent_id, r.visibility), []).append(i)
-    for indices in partitions.values():
-        part = [records[i] for i in indices]
-        part_vectors = vectors[indices]
-        texts = PartitionTexts.of(part, settings, idf)
-        links, _ = link_graph(part, part_vectors, settings, texts=texts)
-        weights = texts.idf()
-        sims = part_vectors @ part_vectors.T
-        readable = ~np.asarray(texts.unreadable, dtype=bool)
-        close = np.triu(sims >= settings.consolidation.judge_similarity, 1) & readable[:, None] & readable[None, :]
-        near = {(int(i), int(j)) for i, j in zip(*np.nonzero(close), strict=True)}
-        near |= {(i, j) for i in links for j in links[i] if i < j}
-        near |= {(i, j) for similarity, i, j in _lexical_pairs(texts)
-                 if similarity >= settings.consolidation.judge_lexical_similarity}
-        for i, j in sorted(near):
-            out.append({"a": {"id": part[i].id, "content": part[i].content},
-                        "b": {"id": part[j].id, "content": part[j].content},
-                        **_signals(texts, i, j, float(sims[i, j]), j in links[i], weights)})
-    return out

@@ -93,10 +93,11 @@ class EmbeddingSettings(Group):
                     "1 for int8.")
 
     gloss_chinese: Literal["auto", "on", "off"] = env(
-        "embedding_gloss_chinese", "off",
+        "embedding_gloss_chinese", "auto",
         description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
-                    "`auto`: for the bundled model. Recall gains; consolidation merges more Chinese look-alikes "
-                    "(docs/recall.md). A store written with another value is re-embedded with `agent-memory reembed`.")
+                    "`auto`: for the bundled model. Consolidation compares glossed Chinese by its words "
+                    "(docs/consolidation.md). A store written with another value is re-embedded with "
+                    "`agent-memory reembed` (docs/recall.md).")
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
@@ -109,8 +110,17 @@ class EmbeddingSettings(Group):
     def glosses_chinese(self) -> bool:
         """Whether Chinese texts are embedded as their gloss."""
         if self.gloss_chinese == "auto":
-            return self.model.strip() in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}")
+            return self._bundled()
         return self.gloss_chinese == "on"
+
+    def reads_chinese(self) -> bool:
+        """Whether the model reads Chinese as written: neither the bundled English model (whose
+        Chinese vectors are of the gloss or of `[UNK]`s, whatever the store was written with) nor
+        a model given the gloss."""
+        return not (self._bundled() or self.glosses_chinese())
+
+    def _bundled(self) -> bool:
+        return self.model.strip() in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}")
 
     def query_threads_at(self, precision: str) -> int:
         """The query model's threads were it run at `precision`. Exact, two threads took a lone query

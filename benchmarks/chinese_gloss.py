@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent_memory.cedict import Dictionary, SensePolicy  # noqa: E402
 from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
 from agent_memory.gloss import Glosser  # noqa: E402
-from agent_memory.linking import pair_signals  # noqa: E402
+from agent_memory.link_signals import pair_signals  # noqa: E402
 from agent_memory.models import MemoryRecord  # noqa: E402
 from agent_memory.scoring import bm25  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402

@@ -8,7 +8,8 @@ two facts (negation, another person, another time, another entity, swapped roles
 attribute). The items are dealt to users, twelve each in a fixed shuffle, so that unrelated
 memories sit next to each other as they do in a real user's memory; every memory is embedded
 with the real model and written to a real store, and each user's memories are clustered by the
-code consolidation runs (`plan_user`).
+code consolidation runs (`plan_user`). The embedder is the one the settings name (the
+environment's `AGENT_MEMORY_*`: `AGENT_MEMORY_EMBEDDING_GLOSS_CHINESE` says how Chinese is embedded).
 
 A merged pair inside a duplicate group is right; any other merged pair is wrong (a look-alike
 pair, or two items of different facts). Precision is over every merged pair; recall is per
@@ -42,9 +43,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_memory.consolidation import plan_user  # noqa: E402
-from agent_memory.embedding import SentenceTransformerEmbedder  # noqa: E402
+from agent_memory.embedding import build_embedder  # noqa: E402
 from agent_memory.judges import build_judge  # noqa: E402
-from agent_memory.linking import pair_signals  # noqa: E402
+from agent_memory.link_signals import pair_signals  # noqa: E402
 from agent_memory.models import Scope  # noqa: E402
 from agent_memory.service import MemoryService  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
@@ -161,9 +162,9 @@ def main() -> None:
 
 def run(args: argparse.Namespace, llm: dict[str, Any]) -> None:
     """Score every language of the split, with these LLM settings (none: the rules alone)."""
-    embedder = SentenceTransformerEmbedder()
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(storage_uri=str(Path(tmp) / "store"), _env_file=None, **llm)  # type: ignore[call-arg]
+        embedder = build_embedder(settings)
         store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
         with MemoryService(store, embedder, settings, defer_access=False, maintenance=maintenance_of(store)) as service:
             reports = [score_language(service, lang, args.split, show=args.show, data_dir=args.data) for lang in args.langs.split(",")]
@@ -172,7 +173,8 @@ def run(args: argparse.Namespace, llm: dict[str, Any]) -> None:
               f"{r['recall_main']:.3f}  by class {r['recall_by_class']}  false merges {r['false_merges_by_class']} "
               f"across items {r['false_merges_across_items']}")
     if args.name:
-        write_result(args.name, {"data": args.data.name, "split": args.split, "judge": args.judge, "languages": reports})
+        write_result(args.name, {"data": args.data.name, "split": args.split, "judge": args.judge,
+                                 "embedding_gloss_chinese": settings.embedding.gloss_chinese, "languages": reports})
 
 
 if __name__ == "__main__":

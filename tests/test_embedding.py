@@ -263,10 +263,10 @@ def test_the_bundled_model_reads_chinese_through_its_gloss(embedder: Embedder) -
     assert np.allclose(glossing.embed_batch(["refund policy"]), embedder.embed_batch(["refund policy"]), atol=1e-6)
 
 
-def test_chinese_is_glossed_when_asked_and_auto_means_the_bundled_model() -> None:
+def test_chinese_is_glossed_for_the_bundled_model_only_unless_told() -> None:
     def glosses(**values: str) -> bool:
         return Settings(_env_file=None, **values).embedding.glosses_chinese()  # type: ignore[call-arg]
 
-    assert not glosses() and glosses(embedding_gloss_chinese="auto")
-    assert not glosses(embedding_model="openai:text-embedding-3-small", embedding_gloss_chinese="auto")
+    assert glosses() and not glosses(embedding_model="openai:text-embedding-3-small")
     assert glosses(embedding_model="some/multilingual-model", embedding_gloss_chinese="on")
+    assert not glosses(embedding_gloss_chinese="off")

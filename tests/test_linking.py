@@ -1,9 +1,11 @@
-"""Pure unit tests of linking Chinese memories: restatements in other words through the dictionary,
-and the guards that keep look-alikes apart (no store, no model: the bundled model cannot read
-Chinese, so Chinese memories link on their words alone and their vectors say nothing)."""
+"""Linking Chinese memories: restatements in other words through the dictionary, and the guards
+that keep look-alikes apart. The bundled model reads Chinese at best through its English gloss, so
+Chinese memories link on their words, their vectors at most confirming them; all but the last test
+are pure unit tests (no store, no model)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
@@ -12,7 +14,9 @@ import pytest
 
 from agent_memory import linking
 from agent_memory.clustering import cluster_memories
-from agent_memory.linking import link_graph, pair_signals
+from agent_memory.embedding import Embedder, GlossingEmbedder
+from agent_memory.link_signals import pair_signals
+from agent_memory.linking import link_graph
 from agent_memory.models import MemoryRecord
 from agent_memory.settings import Settings
 from agent_memory.wording import possessions, role_tokens, swaps_owners, swaps_roles
@@ -131,3 +135,60 @@ def test_the_dictionary_is_not_read_without_two_chinese_memories(monkeypatch: py
     vectors = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     links, _ = link_graph(records, vectors, SETTINGS)
     assert 1 in links[0] and not links[2]
+
+
+# Chinese embedded through its English gloss: the model reads it in part (a low [UNK] share).
+GLOSSED = Settings(_env_file=None, embedding_gloss_chinese="auto")  # type: ignore[call-arg]
+
+
+def glossed_pair(a: str, b: str, cosine: float) -> tuple[list[MemoryRecord], np.ndarray]:
+    vectors = np.array([[1.0, 0.0], [cosine, math.sqrt(1.0 - cosine**2)]], dtype=np.float32)
+    return [memory(0, a, oov=0.0), memory(1, b, oov=0.0)], vectors
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("我经常加班。", "我很少加班。"),  # "frequently" / "very few": 0.905 through the gloss
+    ("我下班后喜欢做饭。", "我下班后懒得做饭。"),
+    ("我喜欢喝咖啡。", "我不喜欢喝咖啡。"),  # "like" / "not like"
+    ("用户的女儿在北京工作。", "用户的女儿在北京出生。"),  # another attribute
+    ("我结婚五年了。", "我结婚五个月了。"),  # another time
+])
+def test_glossed_look_alikes_stay_apart_even_where_their_glosses_embed_alike(a: str, b: str) -> None:
+    records, vectors = glossed_pair(a, b, 1.0)
+    links, _ = link_graph(records, vectors, GLOSSED)
+    assert not links[0], pair_signals(records[0], records[1], vectors[0], vectors[1], GLOSSED)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("用户的老公是医生。", "用户的丈夫是大夫。"),  # both gloss "user husband is doctor"
+    ("我一熬夜就头疼。", "我一熬夜就头痛。"),
+])
+def test_glossed_restatements_whose_glosses_say_the_same_words_link_when_their_vectors_agree(a: str, b: str) -> None:
+    records, vectors = glossed_pair(a, b, 0.95)
+    found = pair_signals(records[0], records[1], vectors[0], vectors[1], GLOSSED)
+    assert found["linked"] and found["dictionary"] and found["doubtful"], found
+    # The same words are not enough: the gloss cosine must reach consolidation_similarity too.
+    records, vectors = glossed_pair("用户的老公是医生。", "用户的丈夫是大夫。", 0.5)
+    assert not pair_signals(records[0], records[1], vectors[0], vectors[1], GLOSSED)["linked"]
+
+
+def test_chinese_with_the_bundled_model_is_compared_by_its_words_whatever_the_store_was_written_with() -> None:
+    # A Chinese memory with a low [UNK] share holds a glossed vector, even where the setting is off now.
+    off = Settings(_env_file=None, embedding_gloss_chinese="off")  # type: ignore[call-arg]
+    records, vectors = glossed_pair("我经常加班。", "我很少加班。", 1.0)
+    assert not pair_signals(records[0], records[1], vectors[0], vectors[1], off)["linked"]
+    # A model that reads Chinese itself is trusted with its cosine.
+    multilingual = Settings(_env_file=None, embedding_model="BAAI/bge-m3")  # type: ignore[call-arg]
+    records, vectors = glossed_pair("我老公在银行上班。", "我老公在银行工作。", 0.95)
+    found = pair_signals(records[0], records[1], vectors[0], vectors[1], multilingual)
+    assert found["model_reads"] and found["linked"], found
+
+
+def test_with_the_bundled_models_gloss_vectors_a_negation_stays_apart_and_a_synonym_links(embedder: Embedder) -> None:
+    glossing = GlossingEmbedder(embedder)
+    texts = ["我经常加班。", "我很少加班。", "用户的老公是医生。", "用户的丈夫是大夫。", "我周末喜欢去爬山。"]
+    vectors = glossing.embed_batch(texts)
+    records = [memory(k, t, oov=share) for k, (t, share) in enumerate(zip(texts, glossing.oov_shares(texts), strict=True))]
+    assert float(vectors[0] @ vectors[1]) > GLOSSED.consolidation.similarity  # the cosine alone would merge them
+    links, _ = link_graph(records, vectors, GLOSSED)
+    assert {(texts[i], texts[j]) for i in links for j in links[i] if i < j} == {("用户的老公是医生。", "用户的丈夫是大夫。")}

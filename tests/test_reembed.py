@@ -79,9 +79,10 @@ def test_reembed_catches_up_and_switches(
 def test_reembed_with_the_model_in_force_embeds_chinese_through_its_gloss(
     make_service: Callable[..., MemoryService],
 ) -> None:
-    # The fixture's embedder reads Chinese as it is written; these settings gloss it: re-embedding
-    # with the model in force recomputes every vector.
-    service = make_service(embedding_gloss_chinese="auto")
+    # The fixture's embedder reads Chinese as it is written, as a store written with
+    # embedding_gloss_chinese off holds it; the settings gloss it (the default for the bundled
+    # model): re-embedding with the model in force recomputes every vector.
+    service = make_service()
     service.add("acme", {"user_id": "u1", "content": "我老公在银行上班。"})
     oov = maintenance_of(service.store).tables.table("memories").to_lance().to_table(columns=["oov"])
     assert oov.column("oov")[0].as_py() > 0.3

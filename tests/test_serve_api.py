@@ -465,7 +465,7 @@ def test_the_embedder_deployment_batches_one_text_per_caller(serve_app) -> None:
     import numpy as np
     from ray import serve
 
-    texts = [f"the user's note number {i}" for i in range(12)] + ["退款需要两级审批"]
+    texts = [f"the user's note number {i}" for i in range(12)] + ["退款需要两级审批", "ขอคืนเงินต้องอนุมัติสองขั้น"]
 
     async def ask() -> tuple[list, tuple]:
         # The Serve switches of the app route a handle's calls in the caller's event loop, as
@@ -479,4 +479,5 @@ def test_the_embedder_deployment_batches_one_text_per_caller(serve_app) -> None:
     assert len(one) == len(texts)
     for i, (vector, share) in enumerate(one):
         assert np.allclose(vector, vectors[i], atol=1e-4) and share == pytest.approx(shares[i])
-    assert one[-1][1] > 0.5 > one[0][1]  # the Chinese text is mostly out of the model's vocabulary
+    # The Thai text is out of the model's vocabulary; the Chinese one is read through its gloss.
+    assert one[-1][1] > 0.5 > max(one[0][1], one[-2][1])

@@ -133,6 +133,13 @@ class PartitionTexts:
             glossed=glossed or [False] * len(said),
         )
 
+    def in_words_of(self, i: int, j: int, idf: dict[str, float] | None = None) -> PartitionTexts:
+        """Text `i` and text `j` put in its words where CC-CEDICT gives both one sense
+        (`Glosser.in_words_of`), read as a pair the model cannot read."""
+        rewritten = default_glosser().in_words_of(self.said[i], self.said[j])
+        return PartitionTexts.read([self.said[i], rewritten], [True, True], [self.ids[i], self.ids[j]],
+                                   [self.apart[i], self.apart[j]], idf)
+
     @property
     def bridged(self) -> set[tuple[int, int]]:
         """The pairs (i < j) linked through the dictionary: one text put in the other's words, or
@@ -298,11 +305,9 @@ def _link_in_dictionary_words(texts: PartitionTexts, bar: float, links: Links) -
     for _, i, j in lexical_pairs(texts):
         if not (texts.chinese[i] and texts.chinese[j]) or j in links[i]:
             continue
-        rewritten = default_glosser().in_words_of(texts.said[i], texts.said[j])
-        if rewritten == texts.said[j]:
+        pair = texts.in_words_of(i, j, idf)
+        if pair.said[1] == texts.said[j]:
             continue
-        pair = PartitionTexts.read([texts.said[i], rewritten], [True, True], [texts.ids[i], texts.ids[j]],
-                                   [texts.apart[i], texts.apart[j]], idf)
         similarity = weighted_overlap(pair.features[0], pair.features[1], idf)
         if similarity >= bar and not pair.swapped(0, 1) and pair.agree(0, 1):
             links[i][j] = links[j][i] = similarity
@@ -324,10 +329,7 @@ def _link_same_glosses(texts: PartitionTexts, vectors: np.ndarray, bar: float, l
         for i, j in combinations(members, 2):
             if not words or j in links[i] or float(vectors[i] @ vectors[j]) < bar - 1e-6:
                 continue
-            rewritten = default_glosser().in_words_of(texts.said[i], texts.said[j])
-            pair = PartitionTexts.read([texts.said[i], rewritten], [True, True], [texts.ids[i], texts.ids[j]],
-                                       [texts.apart[i], texts.apart[j]])
-            if texts.agree(i, j) or pair.agree(0, 1):
+            if texts.agree(i, j) or texts.in_words_of(i, j).agree(0, 1):
                 links[i][j] = links[j][i] = float(vectors[i] @ vectors[j])
                 texts.bridged.add((i, j))
 

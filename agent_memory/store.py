@@ -7,6 +7,7 @@ without saying whose data it is.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
@@ -345,6 +346,12 @@ class Leases(Protocol):
 
     def release(self, name: str, owner: str, ttl: timedelta, now: datetime) -> None:
         """Give our lease back."""
+        ...
+
+    def holding(self, name: str, owner: str, ttl: timedelta, now: datetime, *,
+                clock: Callable[[], datetime]) -> AbstractContextManager[None]:
+        """Hold the named lease for a `with` block, given back however it ends; ConflictError
+        (`{name}_running`) while another owner holds it."""
         ...
 
     def holder(self, name: str, now: datetime) -> dict[str, Any] | None:

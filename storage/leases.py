@@ -4,11 +4,14 @@ writes, with an expiry so that a holder that died frees it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
+from agent_memory.errors import ConflictError
 from agent_memory.models import OrgScope
 from storage import schema as sc
 from storage.filters import Where, literal, scoped
@@ -76,6 +79,25 @@ class Leases:
         values = {"state": literal("released"), "updated_at": literal(now)}
         table = self.tables.table(sc.JOBS)
         retrying(lambda: table.update(where=where, values_sql=values), "release lease")
+
+    @contextmanager
+    def holding(self, name: str, owner: str, ttl: timedelta, now: datetime, *,
+                clock: Callable[[], datetime]) -> Iterator[None]:
+        """Hold the named lease for the block: taken at `now`, given back at `clock()` however the
+        block ends, an error included.
+
+        Raises ConflictError (code `{name}_running`) while another owner holds the lease.
+        """
+        if not self.acquire(name, owner, ttl, now):
+            holder = self.holder(name, now) or {}
+            raise ConflictError(
+                f"another {name} run ({holder.get('owner', 'unknown')}) holds the lease until "
+                f"{holder.get('expires_at', 'it expires')}; try again later", code=f"{name}_running",
+            )
+        try:
+            yield
+        finally:
+            self.release(name, owner, ttl, clock())
 
     def holder(self, name: str, now: datetime) -> dict[str, Any] | None:
         """Who holds the named lease and until when, or None when it is free or expired."""

@@ -12,7 +12,8 @@ from typing import Any
 
 
 class ProgressBar:
-    """A tqdm bar on standard error, or nothing where it is not shown."""
+    """A tqdm bar on standard error, or nothing where it is not shown; as a context manager, closed
+    at the end of the block however it ends."""
 
     def __init__(self, total: int | None, *, desc: str, unit: str, show: bool) -> None:
         self._bar: Any = None
@@ -42,6 +43,12 @@ class ProgressBar:
         """Leave the bar as it ended."""
         if self._bar is not None:
             self._bar.close()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _columns() -> int:

@@ -63,16 +63,13 @@ class Reembedding:
         todo = stale(self.tables, self.staging)
         if not todo.num_rows:
             return 0
-        bar = ProgressBar(todo.num_rows, desc="reembed", unit="memory", show=show_progress)
-        try:
+        with ProgressBar(todo.num_rows, desc="reembed", unit="memory", show=show_progress) as bar:
             # Blocks of `import_embed_batch_rows`, staged in commits of `import_commit_rows`: the bar
             # moves between commits.
             blocks = self._embedded_here(todo) if engine == "local" else self._embedded_on_ray(todo)
             for chunk in in_chunks(blocks, self.settings.imports.commit_rows, bar.update):
                 stage(self.staging, list(chunk["id"]), list(chunk["index_text"]), chunk["vector"], chunk["oov"])
-            return todo.num_rows
-        finally:
-            bar.close()
+        return todo.num_rows
 
     def _embedded_here(self, todo: pa.Table) -> Iterator[dict[str, Any]]:
         block = self.settings.imports.embed_batch_rows

@@ -20,7 +20,8 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +33,7 @@ from agent_memory.job_record import JobRecord
 from agent_memory.models import OrgScope, Scope, check_identifier, utcnow
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
+from agent_memory.store import MemoryStore
 from jobs.progress import ProgressBar
 from jobs.runtime import ensure_ray
 from storage import open_store
@@ -135,7 +137,6 @@ def run_consolidation(
     `plan_report`), readable before a real run.
     """
     recorded = not dry_run if recorded is None else recorded
-    leased = not dry_run or recorded
     started = time.perf_counter()
     now = now or utcnow()
     check_identifier("org_id", org_id, required=False)
@@ -144,73 +145,117 @@ def run_consolidation(
         org_id = "default"
     store = open_store(settings, embedding_model=None, embedding_dim=None)
     maintenance = maintenance_of(store)
-    owners = ([(org_id, user_id)] if user_id is not None
-              else maintenance.memory_owners(OrgScope(org_id) if org_id is not None else None))
-    owner = owner or f"run-{uuid.uuid4().hex[:12]}"
-    ttl = timedelta(seconds=settings.consolidation.lease_seconds)
-    if leased and not maintenance.leases.acquire(LEASE, owner, ttl, now):
-        holder = maintenance.leases.holder(LEASE, now) or {}
-        raise ConflictError(
-            f"another consolidation run ({holder.get('owner', 'unknown')}) holds the lease until "
-            f"{holder.get('expires_at', 'it expires')}; try again later", code="consolidation_running",
-        )
-    try:  # from here on the lease goes back however the run ends (a store error included)
-        report: dict[str, Any] = {"run_id": owner, "dry_run": dry_run, "now": now.isoformat(), "users": len(owners)}
+    owners = [(org_id, user_id)] if user_id is not None else maintenance.memory_owners(_org(org_id))
+    run = _Run(settings, maintenance, owner or f"run-{uuid.uuid4().hex[:12]}",
+               timedelta(seconds=settings.consolidation.lease_seconds), now, started, dry_run,
+               leased=not dry_run or recorded)
+    with _lease(run):  # from here on the lease goes back however the run ends (a store error included)
+        report: dict[str, Any] = {"run_id": run.owner, "dry_run": dry_run, "now": run.now.isoformat(),
+                                  "users": len(owners)}
         shapes_before = maintenance.stats()["tables"]
-        job = JobRecord(id=job_id(owner), org_id=report_org(org_id), user_id=user_id, kind="consolidation",
-                        state="running", created_at=now, updated_at=utcnow(),
+        job = JobRecord(id=job_id(run.owner), org_id=report_org(org_id), user_id=user_id, kind="consolidation",
+                        state="running", created_at=run.now, updated_at=utcnow(),
                         report={"users": len(owners), "dry_run": dry_run})
         if recorded:
             store.put_job(OrgScope(job.org_id), job.as_row())
-        try:
+        with _failed_on_error(store, job if recorded else None):
             if not dry_run:
                 # Recall hits logged since the last run become part of the rows first: expiry reads
                 # when a memory was last used, and merges add up the counts. The rows this rewrites
                 # are put back in order with the rest at the end of the run.
-                report["access_folded"] = maintenance.fold_access(
-                    None if org_id is None else Scope.user(org_id, user_id) if user_id is not None else OrgScope(org_id))
-            ray_wanted = use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS
-            stream = (_on_ray(owners, settings, now, dry_run, address) if ray_wanted and owners
-                      else _in_process(owners, settings, now, dry_run))
-            bar = ProgressBar(len(owners), desc="consolidate", unit="user", show=show_progress)
-            try:
-                users = _collect(_counted(stream, bar), maintenance, owner, ttl, now, started, leased,
-                                 compact_every=0 if dry_run else settings.consolidation.compact_every_users)
-            finally:
-                bar.close()
-            report["engine"] = "ray-data" if ray_wanted and owners else "in-process"
-            report.update(_totals(users, dry_run))
-            if not dry_run:
-                optimized = maintenance.optimize(retain=timedelta(hours=settings.consolidation.keep_versions_hours), cluster=True)
-                report["tables"] = optimized
-                retention = settings.consolidation
-                if report["purged"] or report["messages_purged"] or retention.retention_days or retention.message_retention_days:
-                    # What retention deleted leaves the files too, as an erasure's rows do. With
-                    # retention on this runs every time, so a purge cut short is done by the next run.
-                    # The versions of the last minutes stay: the Writer and other jobs may still be
-                    # committing on them (their files go at the next run).
-                    report["retention_purge"] = maintenance.purge_versions(
-                        ["memories", "events", "messages", "access"], keep=RETENTION_PURGE_KEEP)
-            else:
-                report["tables"] = {name: {"before": shape} for name, shape in shapes_before.items()}
-        except Exception as exc:
-            if recorded:
-                failed = replace(job, state="failed", updated_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
-                store.put_job(OrgScope(job.org_id), failed.as_row())
-            raise
-    finally:
-        if leased:
-            maintenance.leases.release(LEASE, owner, ttl, now + timedelta(seconds=time.perf_counter() - started))
-    memories = report["tables"]["memories"]
-    report["fragments"] = {"before": memories["before"]["fragments"], "after": memories.get("after", {}).get("fragments")}
-    report["versions"] = {"before": memories["before"]["versions"], "after": memories.get("after", {}).get("versions")}
-    report["duration_s"] = round(time.perf_counter() - started, 3)
+                report["access_folded"] = maintenance.fold_access(_covered(org_id, user_id))
+            report.update(_consolidate_users(run, owners, use_ray=use_ray, address=address, show_progress=show_progress))
+            report.update(_tables_after(run, shapes_before, purged=bool(report["purged"] or report["messages_purged"])))
+    report.update(_memories_shape(report["tables"]["memories"]), duration_s=round(time.perf_counter() - started, 3))
     if recorded:
         # Users that failed are retried by the next run; the job says which.
         done = replace(job, state="failed" if report["errors"] else "succeeded", progress=1.0, updated_at=utcnow(),
                        report=plan_report(report) if dry_run else _job_summary(report))
         store.put_job(OrgScope(job.org_id), done.as_row())
     return report
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the stages of one run share: its settings, the store's upkeep, its lease and its clock."""
+
+    settings: Settings
+    maintenance: StoreMaintenance
+    owner: str  # the run id, and the lease's owner
+    ttl: timedelta
+    now: datetime
+    started: float  # time.perf_counter() when the run began
+    dry_run: bool
+    leased: bool
+
+    def at(self, counter: float) -> datetime:
+        """The run's clock at a `time.perf_counter()` reading: `now` moved on by the time since the start."""
+        return self.now + timedelta(seconds=counter - self.started)
+
+    def clock(self) -> datetime:
+        """The run's clock now."""
+        return self.at(time.perf_counter())
+
+
+def _lease(run: _Run) -> AbstractContextManager[None]:
+    """The consolidation lease held for a block (where the run takes it), given back at the run's clock."""
+    if not run.leased:
+        return nullcontext()
+    return run.maintenance.leases.holding(LEASE, run.owner, run.ttl, run.now, clock=run.clock)
+
+
+@contextmanager
+def _failed_on_error(store: MemoryStore, job: JobRecord | None) -> Iterator[None]:
+    """Mark the run's job row (where it has one) failed with `TypeName: message` if the block raises."""
+    try:
+        yield
+    except Exception as exc:
+        if job is not None:
+            failed = replace(job, state="failed", updated_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
+            store.put_job(OrgScope(job.org_id), failed.as_row())
+        raise
+
+
+def _org(org_id: str | None) -> OrgScope | None:
+    """The one org a run covers, or None for every org."""
+    return OrgScope(org_id) if org_id is not None else None
+
+
+def _covered(org_id: str | None, user_id: str | None) -> Scope | OrgScope | None:
+    """What a run covers: one user, one org, or (None) every org."""
+    if org_id is None:
+        return None
+    return Scope.user(org_id, user_id) if user_id is not None else OrgScope(org_id)
+
+
+def _consolidate_users(run: _Run, owners: list[tuple[str, str]], *, use_ray: bool | None, address: str | None,
+                       show_progress: bool) -> dict[str, Any]:
+    """Consolidate each user, on Ray Data or in this process, and total their reports (`engine` first)."""
+    on_ray = bool(owners) and (use_ray if use_ray is not None else len(owners) > IN_PROCESS_MAX_USERS)
+    stream = (_on_ray(owners, run.settings, run.now, run.dry_run, address) if on_ray
+              else _in_process(owners, run.settings, run.now, run.dry_run))
+    with ProgressBar(len(owners), desc="consolidate", unit="user", show=show_progress) as bar:
+        users = _collect(_counted(stream, bar), run,
+                         compact_every=0 if run.dry_run else run.settings.consolidation.compact_every_users)
+    return {"engine": "ray-data" if on_ray else "in-process", **_totals(users, run.dry_run)}
+
+
+def _tables_after(run: _Run, shapes_before: dict[str, Any], *, purged: bool) -> dict[str, Any]:
+    """`tables` (and `retention_purge`) of the report: a real run compacts the tables, refreshes their
+    indexes and cleans old versions; a dry run shows them as they were."""
+    if run.dry_run:
+        return {"tables": {name: {"before": shape} for name, shape in shapes_before.items()}}
+    retention = run.settings.consolidation
+    after: dict[str, Any] = {
+        "tables": run.maintenance.optimize(retain=timedelta(hours=retention.keep_versions_hours), cluster=True)}
+    if purged or retention.retention_days or retention.message_retention_days:
+        # What retention deleted leaves the files too, as an erasure's rows do. With retention on
+        # this runs every time, so a purge cut short is done by the next run. The versions of the
+        # last minutes stay: the Writer and other jobs may still be committing on them (their
+        # files go at the next run).
+        after["retention_purge"] = run.maintenance.purge_versions(
+            ["memories", "events", "messages", "access"], keep=RETENTION_PURGE_KEEP)
+    return after
 
 
 def job_id(run_id: str) -> str:
@@ -221,6 +266,12 @@ def job_id(run_id: str) -> str:
 def report_org(org_id: str | None) -> str:
     """The org a run's job row belongs to: the org it covered, or the system org for all of them."""
     return org_id if org_id is not None else SYSTEM_ORG
+
+
+def _memories_shape(memories: dict[str, Any]) -> dict[str, Any]:
+    """`fragments` and `versions` of the report: the memories table's before the run and after it."""
+    return {"fragments": {"before": memories["before"]["fragments"], "after": memories.get("after", {}).get("fragments")},
+            "versions": {"before": memories["before"]["versions"], "after": memories.get("after", {}).get("versions")}}
 
 
 def _counted(stream: Iterable[dict], bar: ProgressBar) -> Iterator[dict]:
@@ -234,8 +285,7 @@ def _counted(stream: Iterable[dict], bar: ProgressBar) -> Iterator[dict]:
 MID_RUN_RETAIN = timedelta(minutes=10)
 
 
-def _collect(stream: Iterable[dict], maintenance: StoreMaintenance, owner: str, ttl: timedelta, now: datetime, started: float,
-             leased: bool, compact_every: int = 0) -> list[dict]:
+def _collect(stream: Iterable[dict], run: _Run, compact_every: int = 0) -> list[dict]:
     """Drain the per-user reports, renewing the lease (where the run holds it) whenever a third of
     its time has passed.
 
@@ -252,12 +302,12 @@ def _collect(stream: Iterable[dict], maintenance: StoreMaintenance, owner: str, 
         if compact_every and changed >= compact_every:
             changed = 0
             try:
-                maintenance.optimize(retain=MID_RUN_RETAIN)
+                run.maintenance.optimize(retain=MID_RUN_RETAIN)
             except Exception:  # a commit conflict with a worker: the next round or the final pass compacts
                 log.warning("mid-run compaction failed; the run continues", exc_info=True)
         elapsed = time.perf_counter()
-        if leased and elapsed - last_renewal > ttl.total_seconds() / 3:
-            if not maintenance.leases.renew(LEASE, owner, ttl, now + timedelta(seconds=elapsed - started)):
+        if run.leased and elapsed - last_renewal > run.ttl.total_seconds() / 3:
+            if not run.maintenance.leases.renew(LEASE, run.owner, run.ttl, run.at(elapsed)):
                 raise ConflictError("the consolidation lease was lost (the run took longer than its lease)",
                                     code="consolidation_lease_lost")
             last_renewal = elapsed

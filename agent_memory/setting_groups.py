@@ -96,8 +96,8 @@ class EmbeddingSettings(Group):
         "embedding_gloss_chinese", "auto",
         description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
                     "`auto`: for the bundled model. Consolidation compares glossed Chinese by its words "
-                    "(docs/consolidation.md). A store written with another value is re-embedded with "
-                    "`agent-memory reembed` (docs/recall.md).")
+                    "(docs/consolidation.md). The store records the value its Chinese was embedded with; "
+                    "`agent-memory reindex` re-embeds it where that differs (docs/recall.md).")
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:

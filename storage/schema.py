@@ -29,6 +29,20 @@ DIM_KEY = b"embedding_dim"
 # the key are 1 until `agent-memory reindex` has brought every row to 2.
 INDEX_FORMAT_KEY = b"index_format"
 INDEX_FORMAT = 2
+# What the vectors of Chinese memories embed: "on", their English dictionary gloss
+# (`embedding_gloss_chinese`); "off", the text as written. Stores without the key are "off" until
+# `agent-memory reindex` or `reembed` has embedded every Chinese memory the configured way.
+GLOSS_KEY = b"chinese_gloss"
+
+
+def gloss_value(glossed: bool) -> bytes:
+    """How `GLOSS_KEY` records whether Chinese vectors embed their gloss."""
+    return b"on" if glossed else b"off"
+
+
+def recorded_gloss(metadata: dict[bytes, bytes] | None) -> bool:
+    """Whether a table's schema metadata says its Chinese vectors embed their gloss."""
+    return (metadata or {}).get(GLOSS_KEY, b"off") == b"on"
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 # The `id` of every table is declared its primary key (Lance enforces nothing with it): two
@@ -57,8 +71,9 @@ COLUMN_DEFAULTS = {
 }
 
 
-def memories_schema(dim: int, model: str) -> pa.Schema:
-    """The `memories` table; the embedding model and dimension are recorded in its metadata."""
+def memories_schema(dim: int, model: str, *, gloss: bool = False) -> pa.Schema:
+    """The `memories` table; the embedding model, its dimension and whether Chinese vectors embed
+    their gloss are recorded in its metadata."""
     return pa.schema(
         [
             pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
@@ -90,7 +105,8 @@ def memories_schema(dim: int, model: str) -> pa.Schema:
             pa.field("vector", pa.list_(pa.float32(), dim)),
             *ADDED_MEMORY_FIELDS,
         ],
-        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode(), INDEX_FORMAT_KEY: str(INDEX_FORMAT).encode()},
+        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode(), INDEX_FORMAT_KEY: str(INDEX_FORMAT).encode(),
+                  GLOSS_KEY: gloss_value(gloss)},
     )
 
 

@@ -123,6 +123,11 @@ def add_missing_columns(table: Any, declared: pa.Schema) -> Any:
     return table
 
 
+def gloss_text(glossed: bool) -> str:
+    """What a store's or an embedder's Chinese vectors embed, in words."""
+    return "through their English gloss" if glossed else "as written"
+
+
 # Inserts of this many rows or more read the table's ids whole (Tables.insert_absent).
 EXACT_INSERT_ROWS = 64
 
@@ -136,6 +141,7 @@ class Tables:
         *,
         embedding_model: str | None,
         embedding_dim: int | None,
+        chinese_gloss: bool | None = None,
         storage_options: dict[str, str] | None = None,
         read_consistency: timedelta | None = timedelta(0),
     ) -> None:
@@ -152,7 +158,7 @@ class Tables:
         except Exception as exc:
             raise UnavailableError(f"cannot open the store at {uri}: {exc}") from exc
         self._tables: dict[str, Any] = {}
-        self.embedding_model, self.embedding_dim = self._open_memories(embedding_model, embedding_dim)
+        self.embedding_model, self.embedding_dim = self._open_memories(embedding_model, embedding_dim, chinese_gloss)
         for name, table_schema in (
             (sc.MESSAGES, sc.MESSAGES_SCHEMA), (sc.EVENTS, sc.EVENTS_SCHEMA), (sc.JOBS, sc.JOBS_SCHEMA),
             (sc.VERDICTS, sc.VERDICTS_SCHEMA), (sc.ACCESS, sc.ACCESS_SCHEMA),
@@ -167,7 +173,7 @@ class Tables:
             self.create_indexes(table, name)
             return table
 
-    def _open_memories(self, model: str | None, dim: int | None) -> tuple[str, int]:
+    def _open_memories(self, model: str | None, dim: int | None, gloss: bool | None) -> tuple[str, int]:
         try:
             table = declare_primary_key(self.db.open_table(sc.MEMORIES))
         except (FileNotFoundError, ValueError):
@@ -176,13 +182,21 @@ class Tables:
                     f"no memories table at {self.uri}: start the service or import data first"
                 ) from None
             table = self.db.create_table(
-                sc.MEMORIES, schema=sc.memories_schema(dim, model), exist_ok=True, data_storage_version=FILE_FORMAT
+                sc.MEMORIES, schema=sc.memories_schema(dim, model, gloss=bool(gloss)), exist_ok=True,
+                data_storage_version=FILE_FORMAT,
             )
             self.create_indexes(table, sc.MEMORIES)
         meta = table.schema.metadata or {}
         stored_model = meta.get(sc.MODEL_KEY, b"").decode()
         stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
         check_model(self.uri, (stored_model, stored_dim), model, dim)
+        # Whether the Chinese memories' vectors embed their gloss: one that does not compares
+        # poorly with queries embedded the other way, but every read still works.
+        self.chinese_gloss = sc.recorded_gloss(meta)
+        if gloss is not None and gloss != self.chinese_gloss:
+            log.warning("the Chinese memories of the store at %s are embedded %s, the configured embedder embeds "
+                        "Chinese %s (embedding_gloss_chinese): run `agent-memory reindex` to embed them again",
+                        self.uri, gloss_text(self.chinese_gloss), gloss_text(gloss))
         add_missing_columns(table, sc.memories_schema(stored_dim or 1, stored_model))
         self._tables[sc.MEMORIES] = table
         return stored_model, stored_dim
@@ -204,10 +218,10 @@ class Tables:
         """The LanceDB table of that name."""
         return self._tables[name]
 
-    def switch_memories(self, table: Any, model: str, dim: int) -> None:
+    def switch_memories(self, table: Any, model: str, dim: int, gloss: bool) -> None:
         """Serve `memories` from a table just written whole (re-embedding's switch), indexed anew."""
         self._tables[sc.MEMORIES] = table
-        self.embedding_model, self.embedding_dim = model, dim
+        self.embedding_model, self.embedding_dim, self.chinese_gloss = model, dim, gloss
         self.create_indexes(table, sc.MEMORIES)
 
     def read(self, name: str, where: Where | None, columns: list[str] | None = None) -> pa.Table:

@@ -21,7 +21,7 @@ from storage import LanceStore
 def store(tmp_path: Path) -> str:
     """A new, empty store with its tables, as the bundled model's first write leaves it (no model here)."""
     uri = str(tmp_path / "db")
-    LanceStore(uri, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
+    LanceStore(uri, embedding_model="all-MiniLM-L6-v2", embedding_dim=384, chinese_gloss=True)
     return uri
 
 

@@ -401,8 +401,8 @@ class StoreMaintenance(Protocol):
         """Record the layout every row now has."""
         ...
 
-    def chinese_gloss(self) -> bool:
-        """Whether the vectors of Chinese memories embed their English gloss."""
+    def chinese_gloss(self) -> bool | None:
+        """Whether the vectors of Chinese memories embed their English gloss (None: not recorded)."""
         ...
 
     def set_chinese_gloss(self, glossed: bool) -> None:

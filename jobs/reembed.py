@@ -38,6 +38,7 @@ from jobs.runtime import (
 from storage import open_store
 from storage.connect import maintenance_of
 from storage.reembed import open_staging, stage, stale, switch
+from storage.schema import gloss_name
 
 Engine = Literal["ray", "local"]
 
@@ -114,7 +115,7 @@ def reembed(settings: Settings, model: str, *, engine: Engine = "ray", show_prog
     caught_up = job.switch()
     return {
         "previous_model": job.previous, "model": job.embedder.name, "dim": job.embedder.dim,
-        "chinese_gloss": "on" if job.gloss else "off",
+        "chinese_gloss": gloss_name(job.gloss),
         "memories": job.tables.table("memories").count_rows(), "embedded": embedded, "caught_up": caught_up,
         "duration_s": round(time.perf_counter() - started, 3), "engine": engine,
         "next": f"set AGENT_MEMORY_EMBEDDING_MODEL={job.embedder.name} for every server and job",

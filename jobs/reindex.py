@@ -41,7 +41,7 @@ from agent_memory.models import (
 from agent_memory.settings import Settings
 from agent_memory.text import is_chinese
 from storage.connect import open_service
-from storage.schema import INDEX_FORMAT
+from storage.schema import INDEX_FORMAT, gloss_name
 
 log = logging.getLogger(__name__)
 # Memories written in one merge.
@@ -109,9 +109,11 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
     maintenance = service.maintenance
     if maintenance is None:
         raise InvalidInputError("reindex walks every user: pass a service opened with its maintenance interface")
+    if service.embedder is None:
+        raise InvalidInputError("reindex embeds what changed: pass a service opened with its embedder")
     legacy = maintenance.index_format() < INDEX_FORMAT
     glossed = service.embedder.glosses_chinese
-    regloss = maintenance.chinese_gloss() != glossed
+    regloss = maintenance.chinese_gloss() != glossed  # None (not recorded): embedded again whichever way
     counts = {"users": 0, "memories": 0, "changed": 0, "reembedded": 0, "written": 0, "skipped": 0}
     try:
         for org, user in maintenance.memory_owners(OrgScope(org_id) if org_id is not None else None):
@@ -141,9 +143,9 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
             if regloss:
                 maintenance.set_chinese_gloss(glossed)
         layout = maintenance.index_format()
-        gloss = maintenance.chinese_gloss()
+        gloss = gloss_name(maintenance.chinese_gloss())
     finally:
         if own:
             service.close()
     log.info("reindex: %s", counts)
-    return {"dry_run": dry_run, "index_format": layout, "chinese_gloss": "on" if gloss else "off", **counts}
+    return {"dry_run": dry_run, "index_format": layout, "chinese_gloss": gloss, **counts}

@@ -233,11 +233,9 @@ class LanceStore:
 
 def open_store(settings: Settings, *, embedding_model: str | None, embedding_dim: int | None,
                chinese_gloss: bool | None = None) -> LanceStore:
-    """The store the settings point at; pass the embedder's name and dim to create or check it.
-    Where they are given, the store also records (when new) or checks (a warning) how the embedder
-    embeds Chinese: `chinese_gloss`, or by default as the settings' embedder does."""
-    if chinese_gloss is None and embedding_model is not None:
-        chinese_gloss = settings.embedding.glosses_chinese()
+    """The store the settings point at; pass the embedder's name and dim to create or check it, and
+    whether it embeds Chinese through its gloss (`Embedder.glosses_chinese`) for the store to record
+    when new, or to warn of when it records the other way."""
     return LanceStore(
         settings.storage.uri,
         embedding_model=embedding_model,

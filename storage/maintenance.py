@@ -64,19 +64,18 @@ class StoreMaintenance:
         """Record the layout every row of `memories` now has (one commit of the schema metadata)."""
         self._record(sc.INDEX_FORMAT_KEY, str(value).encode())
 
-    def chinese_gloss(self) -> bool:
-        """Whether the vectors of Chinese memories embed their gloss (see `schema.GLOSS_KEY`)."""
-        return sc.recorded_gloss(self.tables.table(sc.MEMORIES).to_lance().schema.metadata)
+    def chinese_gloss(self) -> bool | None:
+        """Whether the vectors of Chinese memories embed their gloss (None: the store does not say;
+        see `schema.GLOSS_KEY`)."""
+        return recorded_gloss(self.tables)
 
     def set_chinese_gloss(self, glossed: bool) -> None:
         """Record how every Chinese memory of `memories` is now embedded (one commit of the metadata)."""
-        self._record(sc.GLOSS_KEY, sc.gloss_value(glossed))
-        self.tables.chinese_gloss = glossed
+        self._record(sc.GLOSS_KEY, sc.gloss_name(glossed).encode())
 
     def _record(self, key: bytes, value: bytes) -> None:
-        dataset = self.tables.table(sc.MEMORIES).to_lance()
-        metadata = {k.decode(): v.decode() for k, v in (dataset.schema.metadata or {}).items()}
-        dataset.replace_schema_metadata({**metadata, key.decode(): value.decode()})
+        """One key of the schema metadata of `memories` set, the others left as they are."""
+        self.tables.table(sc.MEMORIES).to_lance().update_schema_metadata({key.decode(): value.decode()})
 
     def jobs_in(self, kind: str, states: Sequence[str]) -> list[dict[str, Any]]:
         """The jobs of a kind in these states, of every org, oldest first (as `get_job` gives them)."""
@@ -296,6 +295,11 @@ class StoreMaintenance:
         return store_stats(self.tables, scope)
 
 
+def recorded_gloss(tables: Tables) -> bool | None:
+    """How the store's Chinese memories were embedded, as its latest version records it."""
+    return sc.recorded_gloss(tables.table(sc.MEMORIES).to_lance().schema.metadata)
+
+
 def in_owner_order(keys: pa.Table) -> bool:
     """Whether a fragment's (org, user, created_at) keys are already sorted."""
     if keys.num_rows < 2:
@@ -306,8 +310,7 @@ def in_owner_order(keys: pa.Table) -> bool:
 def store_stats(tables: Tables, scope: OrgScope | None) -> dict[str, Any]:
     """Counts per table, and per memory type and status, for one org or all (None)."""
     out: dict[str, Any] = {"uri": tables.uri, "embedding_model": tables.embedding_model,
-                           "embedding_dim": tables.embedding_dim,
-                           "chinese_gloss": "on" if sc.recorded_gloss(tables.table(sc.MEMORIES).to_lance().schema.metadata) else "off",
+                           "embedding_dim": tables.embedding_dim, "chinese_gloss": sc.gloss_name(recorded_gloss(tables)),
                            "tables": {}}
     for name in sc.TABLES:
         out["tables"][name] = tables.shape(name)

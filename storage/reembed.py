@@ -33,7 +33,7 @@ def staging_schema(dim: int, model: str, gloss: bool) -> pa.Schema:
             pa.field("oov", pa.float32(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim)),
         ],
-        metadata={sc.MODEL_KEY: model.encode(), sc.DIM_KEY: str(dim).encode(), sc.GLOSS_KEY: sc.gloss_value(gloss)},
+        metadata={sc.MODEL_KEY: model.encode(), sc.DIM_KEY: str(dim).encode(), sc.GLOSS_KEY: sc.gloss_name(gloss).encode()},
     )
 
 
@@ -126,7 +126,7 @@ def switch(tables: Tables, staging: Any, model: str, dim: int, embed: Embed, *, 
         new_table = tables.db.create_table(
             sc.MEMORIES, data, schema=new_schema, mode="overwrite", data_storage_version=FILE_FORMAT
         )
-        tables.switch_memories(new_table, model, dim, gloss)
+        tables.switch_memories(new_table, model, dim)
         tables.db.drop_table(STAGING)
         return caught_up
     raise ConflictError("memories kept changing during the switch; run reembed again", code="reembed_busy")

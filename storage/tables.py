@@ -123,9 +123,17 @@ def add_missing_columns(table: Any, declared: pa.Schema) -> Any:
     return table
 
 
-def gloss_text(glossed: bool) -> str:
-    """What a store's or an embedder's Chinese vectors embed, in words."""
-    return "through their English gloss" if glossed else "as written"
+def warn_of_gloss(uri: str, recorded: bool | None, embedder: bool | None) -> None:
+    """Log a warning where the store's Chinese memories were embedded another way than the
+    embedder of this process embeds Chinese (`embedder` None: it embeds nothing). Every read still
+    works; Chinese questions only compare poorly with those memories until a reindex."""
+    if embedder is None or recorded == embedder:
+        return
+    way = {True: "through its English gloss", False: "as written"}
+    said = f"were embedded {way[recorded]}" if recorded is not None else "do not say how they were embedded"
+    log.warning("the Chinese memories of the store at %s %s, and this process embeds Chinese %s "
+                "(embedding_gloss_chinese): run `agent-memory reindex` once every server and job embeds it so",
+                uri, said, way[embedder])
 
 
 # Inserts of this many rows or more read the table's ids whole (Tables.insert_absent).
@@ -182,7 +190,7 @@ class Tables:
                     f"no memories table at {self.uri}: start the service or import data first"
                 ) from None
             table = self.db.create_table(
-                sc.MEMORIES, schema=sc.memories_schema(dim, model, gloss=bool(gloss)), exist_ok=True,
+                sc.MEMORIES, schema=sc.memories_schema(dim, model, gloss=gloss), exist_ok=True,
                 data_storage_version=FILE_FORMAT,
             )
             self.create_indexes(table, sc.MEMORIES)
@@ -190,13 +198,7 @@ class Tables:
         stored_model = meta.get(sc.MODEL_KEY, b"").decode()
         stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
         check_model(self.uri, (stored_model, stored_dim), model, dim)
-        # Whether the Chinese memories' vectors embed their gloss: one that does not compares
-        # poorly with queries embedded the other way, but every read still works.
-        self.chinese_gloss = sc.recorded_gloss(meta)
-        if gloss is not None and gloss != self.chinese_gloss:
-            log.warning("the Chinese memories of the store at %s are embedded %s, the configured embedder embeds "
-                        "Chinese %s (embedding_gloss_chinese): run `agent-memory reindex` to embed them again",
-                        self.uri, gloss_text(self.chinese_gloss), gloss_text(gloss))
+        warn_of_gloss(self.uri, sc.recorded_gloss(meta), gloss)
         add_missing_columns(table, sc.memories_schema(stored_dim or 1, stored_model))
         self._tables[sc.MEMORIES] = table
         return stored_model, stored_dim
@@ -218,10 +220,10 @@ class Tables:
         """The LanceDB table of that name."""
         return self._tables[name]
 
-    def switch_memories(self, table: Any, model: str, dim: int, gloss: bool) -> None:
+    def switch_memories(self, table: Any, model: str, dim: int) -> None:
         """Serve `memories` from a table just written whole (re-embedding's switch), indexed anew."""
         self._tables[sc.MEMORIES] = table
-        self.embedding_model, self.embedding_dim, self.chinese_gloss = model, dim, gloss
+        self.embedding_model, self.embedding_dim = model, dim
         self.create_indexes(table, sc.MEMORIES)
 
     def read(self, name: str, where: Where | None, columns: list[str] | None = None) -> pa.Table:

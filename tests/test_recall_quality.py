@@ -21,7 +21,7 @@ from cli.demo import DEMO_QUESTIONS, SAMPLE_MODE
 from jobs.importer import import_into
 from jobs.reindex import reindex
 from storage.connect import maintenance_of
-from storage.lance_store import open_store
+from storage.lance_store import LanceStore, open_store
 from tests.conftest import ROOT, Clock
 
 U = Scope.user("acme", "u1")
@@ -193,45 +193,54 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
 def test_reindex_embeds_chinese_again_after_the_way_chinese_is_embedded_changed(
     make_service: Callable[..., MemoryService], embedder: Embedder, clock: Clock
 ) -> None:
-    service = make_service(clock=clock)  # the bare model: Chinese embedded as written
+    service = make_service(clock=clock)  # the bare model: Chinese embedded as written, and recorded so
     ids = service.add_many("acme", [{"user_id": "u1", "content": "我老公在银行上班"},
                                     {"user_id": "u1", "content": "Drinks green tea"}]).ids
     maintenance = maintenance_of(service.store)
-    assert not maintenance.chinese_gloss() and maintenance.stats()["chinese_gloss"] == "off"
-    before = {r.id: r.vector for r in service.store.get_memories(U, ids, with_vectors=True)}
+    assert maintenance.chinese_gloss() is False and maintenance.stats()["chinese_gloss"] == "off"
+    before = {r.id: r for r in service.store.get_memories(U, ids, with_vectors=True)}
     glossing = GlossingEmbedder(embedder)
     reglossed = MemoryService(service.store, glossing, service.settings, clock=clock, maintenance=maintenance)
 
-    assert reindex(service.settings, service=reglossed, dry_run=True)["chinese_gloss"] == "off"
-    report = reindex(service.settings, service=reglossed)
+    assert reindex(service.settings, service=reglossed, dry_run=True)["written"] == 0
+    # One org's run embeds its Chinese again but records nothing: other orgs may hold Chinese too.
+    one_org = reindex(service.settings, service=reglossed, org_id="acme")
+    assert (one_org["reembedded"], one_org["chinese_gloss"]) == (1, "off") and maintenance.chinese_gloss() is False
+    report = reindex(service.settings, service=reglossed)  # still recorded "off": embedded again
     assert (report["changed"], report["reembedded"], report["skipped"], report["chinese_gloss"]) == (1, 1, 0, "on")
-    assert maintenance.chinese_gloss() and maintenance.stats()["chinese_gloss"] == "on"
+    assert maintenance.chinese_gloss() is True and maintenance.stats()["chinese_gloss"] == "on"
     after = {r.id: r for r in service.store.get_memories(U, ids, with_vectors=True)}
     chinese, english = after[ids[0]], after[ids[1]]
     expected = glossing.embed_batch([chinese.vector_text])[0]
     assert float(expected @ np.asarray(chinese.vector)) == pytest.approx(1.0, abs=1e-4)
-    assert float(np.asarray(before[ids[0]]) @ np.asarray(chinese.vector)) < 0.9
-    assert english.vector == before[ids[1]]
+    assert float(np.asarray(before[ids[0]].vector) @ np.asarray(chinese.vector)) < 0.9
+    assert before[ids[0]].oov > 0.3 and chinese.oov == 0.0  # the model reads all of the gloss
+    assert english.vector == before[ids[1]].vector
     assert reindex(service.settings, service=reglossed)["changed"] == 0
-    # And back: the store records what it holds, so the bare model re-embeds the Chinese row again.
-    assert reindex(service.settings, service=service)["reembedded"] == 1 and not maintenance.chinese_gloss()
+    # And back: the store records what it holds, so the bare model embeds the Chinese row again.
+    assert reindex(service.settings, service=service)["reembedded"] == 1 and maintenance.chinese_gloss() is False
 
 
 @pytest.mark.store  # a LanceDB on a temporary directory
 def test_a_store_records_how_its_chinese_is_embedded_and_warns_of_the_other_way(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    uri = str(tmp_path / "lancedb")
-    settings = Settings(storage_uri=uri, _env_file=None)  # type: ignore[call-arg]
-    assert settings.embedding.glosses_chinese()  # the bundled model, `auto`
-    store = open_store(settings, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
-    assert maintenance_of(store).chinese_gloss() and maintenance_of(store).stats()["chinese_gloss"] == "on"
+    settings = Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None)  # type: ignore[call-arg]
+    model = {"embedding_model": "all-MiniLM-L6-v2", "embedding_dim": 384}
+    store = open_store(settings, **model, chinese_gloss=True)
+    assert maintenance_of(store).chinese_gloss() is True and maintenance_of(store).stats()["chinese_gloss"] == "on"
     with caplog.at_level(logging.WARNING, logger="storage.tables"):
-        open_store(settings, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
+        open_store(settings, **model, chinese_gloss=True)
+        open_store(settings, embedding_model=None, embedding_dim=None)  # embeds nothing: nothing to say
         assert not caplog.records
-        off = settings.replace(embedding_gloss_chinese="off")
-        open_store(off, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
-    assert "agent-memory reindex" in caplog.text and "through their English gloss" in caplog.text
+        open_store(settings, **model, chinese_gloss=False)
+    assert "were embedded through its English gloss" in caplog.text and "agent-memory reindex" in caplog.text
+    caplog.clear()
+    unsaid = LanceStore(str(tmp_path / "other"), **model)  # a process that does not say: nothing recorded
+    assert maintenance_of(unsaid).chinese_gloss() is None
+    with caplog.at_level(logging.WARNING, logger="storage.tables"):
+        open_store(settings.replace(storage_uri=str(tmp_path / "other")), **model, chinese_gloss=True)
+    assert "do not say how they were embedded" in caplog.text
 
 
 def test_reindex_never_overwrites_a_row_changed_since_it_was_read(

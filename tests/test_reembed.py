@@ -80,13 +80,13 @@ def test_reembed_with_the_model_in_force_embeds_chinese_through_its_gloss(
     make_service: Callable[..., MemoryService],
 ) -> None:
     # The fixture's embedder reads Chinese as it is written, as a store written with
-    # embedding_gloss_chinese off holds it; the settings gloss it (the default for the bundled
-    # model): re-embedding with the model in force recomputes every vector.
+    # embedding_gloss_chinese off holds it (and records); the settings gloss it (the default for
+    # the bundled model): re-embedding with the model in force recomputes every vector.
     service = make_service()
     service.add("acme", {"user_id": "u1", "content": "我老公在银行上班。"})
     oov = maintenance_of(service.store).tables.table("memories").to_lance().to_table(columns=["oov"])
     assert oov.column("oov")[0].as_py() > 0.3
-    assert not maintenance_of(service.store).chinese_gloss()
+    assert maintenance_of(service.store).chinese_gloss() is False
     report = reembed(service.settings, service.settings.embedding.model, engine="local")
     assert (report["memories"], report["embedded"], report["model"]) == (1, 1, service.embedder.name)
     assert report["chinese_gloss"] == "on"

@@ -156,15 +156,20 @@ class TermCounts:
 
 
 def group_sums(rows: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
-    """The sum of the rows of each of `count` groups (`groups`: each row's group, 0..count-1), in one
-    pass over the rows sorted by group (`np.add.at`, the obvious way, is an order of magnitude slower)."""
+    """The sum of the rows of each of `count` groups (`groups`: each row's group, 0..count-1), in
+    float64, in one pass over runs of rows of one group (`np.add.at`, the obvious way, is an order
+    of magnitude slower). A user's scanned rows come in time order, so each session's turns are
+    usually one run already; otherwise the rows are sorted by group first (stably: the sums are
+    the same either way)."""
     sums = np.zeros((count, rows.shape[1]))
     if not len(groups):
         return sums
-    order = np.argsort(groups, kind="stable")
-    ordered = groups[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    sums[ordered[starts]] = np.add.reduceat(np.asarray(rows, dtype=np.float64)[order], starts, axis=0)
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    if len(starts) != len(np.unique(groups[starts])):  # a group in several runs
+        order = np.argsort(groups, kind="stable")
+        groups, rows = groups[order], rows[order]
+        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    sums[groups[starts]] = np.add.reduceat(rows, starts, axis=0, dtype=np.float64)
     return sums
 
 

@@ -94,10 +94,10 @@ class EmbeddingSettings(Group):
 
     gloss_chinese: Literal["auto", "on", "off"] = env(
         "embedding_gloss_chinese", "auto",
-        description="Embed Chinese texts as their English dictionary gloss, for a model that reads English only; "
-                    "`auto`: for the bundled model. Consolidation compares glossed Chinese by its words "
-                    "(docs/consolidation.md). A store written with another value is re-embedded with "
-                    "`agent-memory reembed` (docs/recall.md).")
+        description="Embed Chinese texts as their English dictionary gloss, for a local model that reads English "
+                    "only; `auto`: for the bundled model. Consolidation compares glossed Chinese by its words "
+                    "(docs/consolidation.md). The store records whether its Chinese was glossed; "
+                    "`agent-memory reindex` re-embeds it where that differs (docs/recall.md).")
 
     @model_validator(mode="after")
     def _int8_needs_onnx(self) -> EmbeddingSettings:
@@ -108,10 +108,10 @@ class EmbeddingSettings(Group):
         return self
 
     def glosses_chinese(self) -> bool:
-        """Whether Chinese texts are embedded as their gloss."""
+        """Whether Chinese texts are embedded as their gloss (never through an `openai:` endpoint)."""
         if self.gloss_chinese == "auto":
             return self._bundled()
-        return self.gloss_chinese == "on"
+        return self.gloss_chinese == "on" and not self.model.strip().startswith("openai:")
 
     def reads_chinese(self) -> bool:
         """Whether the model reads Chinese as written: neither the bundled English model (whose

@@ -407,3 +407,11 @@ class StoreMaintenance(Protocol):
     def set_index_format(self, value: int) -> None:
         """Record the layout every row now has."""
         ...
+
+    def chinese_gloss(self) -> bool | None:
+        """Whether the vectors of Chinese memories embed their English gloss (None: not recorded)."""
+        ...
+
+    def set_chinese_gloss(self, glossed: bool) -> None:
+        """Record how every Chinese memory is now embedded."""
+        ...

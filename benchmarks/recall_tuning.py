@@ -197,6 +197,8 @@ def scan_table(records: list[MemoryRecord], vectors: np.ndarray, oov: np.ndarray
         "memory_type": [r.memory_type for r in records],
         "source_ids": pa.array([r.source_ids for r in records], pa.list_(pa.string())),
         "metadata": ["{}"] * n,
+        "feedback_offset": pa.array([0.0] * n, pa.float32()),  # no feedback yet: importance as stored
+        "feedback_at": pa.array([None] * n, sc.TIMESTAMP),
         "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim),
     })
 

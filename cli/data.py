@@ -199,9 +199,12 @@ def export(ctx: click.Context, user_id: str, out: str | None, org_id: str, stora
 def stats(org_id: str | None, storage_uri: str | None, **_: Any) -> int:
     """What the store holds: memories, messages and events, by org and state."""
     from storage.connect import open_service
+    from storage.schema import gloss_name
 
-    with open_service(settings(storage_uri), with_embedder=False, with_maintenance=True) as service:
-        print_json(service.stats(org_id))
+    config = settings(storage_uri)
+    with open_service(config, with_embedder=False, with_maintenance=True) as service:
+        # Beside how the store's Chinese memories were embedded, how these settings embed Chinese.
+        print_json({**service.stats(org_id), "chinese_gloss_configured": gloss_name(config.embedding.glosses_chinese())})
     return 0
 
 

@@ -68,8 +68,9 @@ def reembed(model: str, engine: str, storage_uri: str | None, address: str | Non
 @store_options(org=False)
 @click.option("--org-id", default=None, metavar="ORG", help="Only this org (default: every org).")
 def reindex(dry_run: bool, storage_uri: str | None, org_id: str | None, **_: Any) -> int:
-    """Rebuild every memory's index text, keywords and (where its text changed) vector as this version
-    writes them; safe while the service runs."""
+    """Rebuild every memory's index text, keywords and (where its text changed, or its Chinese was
+    embedded another way than the settings embed it) vector as this version writes them; safe while
+    the service runs."""
     from jobs.reindex import reindex as run_reindex
 
     print_json(run_reindex(settings(storage_uri), org_id=org_id, dry_run=dry_run))

@@ -38,6 +38,7 @@ from jobs.runtime import (
 from storage import open_store
 from storage.connect import maintenance_of
 from storage.reembed import open_staging, stage, stale, switch
+from storage.schema import gloss_name
 
 Engine = Literal["ray", "local"]
 
@@ -52,7 +53,8 @@ class Reembedding:
         self.tables = maintenance_of(self.store).tables
         self.embedder: Embedder = build_embedder(self.target)
         self.previous = self.store.embedding_model
-        self.staging = open_staging(self.tables, self.embedder.name, self.embedder.dim)
+        self.gloss = self.embedder.glosses_chinese
+        self.staging = open_staging(self.tables, self.embedder.name, self.embedder.dim, self.gloss)
 
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, list[float]]:
         """New vectors and [UNK] shares for texts, in this process."""
@@ -98,7 +100,7 @@ class Reembedding:
 
     def switch(self) -> int:
         """Catch up what changed meanwhile and switch `memories` to the new vectors; return rows caught up."""
-        return switch(self.tables, self.staging, self.embedder.name, self.embedder.dim, self.embed)
+        return switch(self.tables, self.staging, self.embedder.name, self.embedder.dim, self.embed, gloss=self.gloss)
 
 
 def reembed(settings: Settings, model: str, *, engine: Engine = "ray", show_progress: bool = False,
@@ -110,6 +112,7 @@ def reembed(settings: Settings, model: str, *, engine: Engine = "ray", show_prog
     caught_up = job.switch()
     return {
         "previous_model": job.previous, "model": job.embedder.name, "dim": job.embedder.dim,
+        "chinese_gloss": gloss_name(job.gloss),
         "memories": job.tables.table("memories").count_rows(), "embedded": embedded, "caught_up": caught_up,
         "duration_s": round(time.perf_counter() - started, 3), "engine": engine,
         "next": f"set AGENT_MEMORY_EMBEDDING_MODEL={job.embedder.name} for every server and job",

@@ -11,7 +11,10 @@ Per user, the memories are read and rebuilt:
 
 A store written before layout 2 (`storage.schema.INDEX_FORMAT_KEY`) has vectors of the whole
 index text, context included: every memory whose vector text differs is re-embedded, and the
-store is recorded as layout 2 once a run over all orgs skipped nothing.
+store is recorded as layout 2 once a run over all orgs skipped nothing. A store whose Chinese
+memories were embedded the other way than the settings embed Chinese now (as written, or
+through their gloss: `storage.schema.GLOSS_KEY`, `embedding_gloss_chinese`) has every Chinese
+memory re-embedded, and records the settings' way once a run over all orgs skipped nothing.
 
 Only rows whose index text, keywords or vector change are written, one merge per batch, each row
 only if nothing changed it since it was read (same `updated_at`, status and access count): a
@@ -36,8 +39,9 @@ from agent_memory.models import (
     index_text_of,
 )
 from agent_memory.settings import Settings
+from agent_memory.text import is_chinese
 from storage.connect import open_service
-from storage.schema import INDEX_FORMAT
+from storage.schema import INDEX_FORMAT, gloss_name
 
 log = logging.getLogger(__name__)
 # Memories written in one merge.
@@ -49,11 +53,20 @@ def _is_turn(record: MemoryRecord) -> bool:
             and "role" in record.metadata)
 
 
-def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord], *, legacy: bool = False) -> list[MemoryRecord]:
+def needs_vector(record: MemoryRecord, embedded: str, *, regloss: bool) -> bool:
+    """Whether a rebuilt record's vector must be made again: the text its vector embedded
+    (`embedded`) is not its vector text, or it is Chinese and Chinese is embedded another way now."""
+    return record.vector_text != embedded or (regloss and is_chinese(record.vector_text))
+
+
+def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord], *, legacy: bool = False,
+            regloss: bool = False) -> list[MemoryRecord]:
     """The records of one user whose index text, keywords or vector differ from what this version
     writes, with the new index text and keywords (their vectors still to be made where `needs_vector`).
 
     `legacy`: the store's vectors embed the whole index text (layout 1), not `vector_text`.
+    `regloss`: the store's Chinese vectors were embedded the other way than the service's embedder
+    embeds Chinese (as written, or through the gloss).
     """
     turns: dict[str, dict[str, tuple[str | None, str | None]]] = {}
     for session_id in sorted({r.session_id for r in records if _is_turn(r) and r.session_id}):
@@ -78,7 +91,7 @@ def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord], *, lega
         keywords = service.keywords_of(index_text, record.content)
         new = record.model_copy(update={"index_text": index_text, "keywords": keywords})
         embedded = record.index_text if legacy else record.vector_text
-        if index_text != record.index_text or keywords != record.keywords or new.vector_text != embedded:
+        if index_text != record.index_text or keywords != record.keywords or needs_vector(new, embedded, regloss=regloss):
             changed.append(new)
     return changed
 
@@ -87,15 +100,20 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
     """Rebuild every memory's index text and keywords (and vector where its text changed); counts.
 
     A store whose vectors embed the whole index text (written before layout 2) has each memory
-    whose vector text differs from it re-embedded; once a run over every org writes every row it
-    meant to, the store is recorded as layout 2.
+    whose vector text differs from it re-embedded; a store whose Chinese memories were embedded
+    another way than the settings embed Chinese has each of them re-embedded. Once a run over every
+    org writes every row it meant to, the store records layout 2 and the settings' way.
     """
     own = service is None
     service = service or open_service(settings, with_maintenance=True)
     maintenance = service.maintenance
     if maintenance is None:
         raise InvalidInputError("reindex walks every user: pass a service opened with its maintenance interface")
+    if service.embedder is None:
+        raise InvalidInputError("reindex embeds what changed: pass a service opened with its embedder")
     legacy = maintenance.index_format() < INDEX_FORMAT
+    glossed = service.embedder.glosses_chinese
+    regloss = maintenance.chinese_gloss() != glossed  # None (not recorded): embedded again whichever way
     counts = {"users": 0, "memories": 0, "changed": 0, "reembedded": 0, "written": 0, "skipped": 0}
     try:
         for org, user in maintenance.memory_owners(OrgScope(org_id) if org_id is not None else None):
@@ -103,7 +121,7 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
             records, vectors = service.store.user_memories(scope)
             counts["users"] += 1
             counts["memories"] += len(records)
-            changed = rebuilt(service, scope, records, legacy=legacy)
+            changed = rebuilt(service, scope, records, legacy=legacy, regloss=regloss)
             counts["changed"] += len(changed)
             if dry_run or not changed:
                 continue
@@ -111,7 +129,7 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
                       for r, vector in zip(records, vectors, strict=True)}
             for start in range(0, len(changed), BATCH):
                 batch = changed[start : start + BATCH]
-                moved = [r for r in batch if r.vector_text != before[r.id][0]]
+                moved = [r for r in batch if needs_vector(r, before[r.id][0], regloss=regloss)]
                 for record in batch:
                     record.vector = before[record.id][1].tolist()
                 service.embed_records(moved)
@@ -119,11 +137,15 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
                 written = service.store.reindex_memories(scope, batch)
                 counts["written"] += written
                 counts["skipped"] += len(batch) - written
-        if legacy and not dry_run and org_id is None and counts["skipped"] == 0:
-            maintenance.set_index_format(INDEX_FORMAT)
+        if not dry_run and org_id is None and counts["skipped"] == 0:
+            if legacy:
+                maintenance.set_index_format(INDEX_FORMAT)
+            if regloss:
+                maintenance.set_chinese_gloss(glossed)
         layout = maintenance.index_format()
+        gloss = gloss_name(maintenance.chinese_gloss())
     finally:
         if own:
             service.close()
     log.info("reindex: %s", counts)
-    return {"dry_run": dry_run, "index_format": layout, **counts}
+    return {"dry_run": dry_run, "index_format": layout, "chinese_gloss": gloss, **counts}

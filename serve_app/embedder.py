@@ -34,11 +34,11 @@ class RemoteEmbedder(Embedder):
     """
 
     def __init__(
-        self, handle: DeploymentHandle, name: str, dim: int, timeout_s: float, loop: asyncio.AbstractEventLoop
+        self, handle: DeploymentHandle, info: dict[str, Any], timeout_s: float, loop: asyncio.AbstractEventLoop
     ) -> None:
         super().__init__(cache_size=0)
         self._handle = handle
-        self.name, self.dim = name, dim
+        self.name, self.dim, self.glosses_chinese = info["name"], info["dim"], info["glosses_chinese"]
         self._timeout = timeout_s
         self._loop = loop
         self._oov: OrderedDict[str, float] = OrderedDict()
@@ -111,8 +111,8 @@ class EmbedderDeployment:
             self.embed_one.set_batch_wait_timeout_s(float(config["batch_wait_timeout_s"]))
 
     def info(self) -> dict[str, Any]:
-        """The model's name and dimension (the store records them)."""
-        return {"name": self._embedder.name, "dim": self._embedder.dim}
+        """The model's name and dimension, and whether it reads Chinese through its gloss (the store records them)."""
+        return {"name": self._embedder.name, "dim": self._embedder.dim, "glosses_chinese": self._embedder.glosses_chinese}
 
     async def _run(self, texts: list[str]) -> tuple[np.ndarray, list[float]]:
         loop = asyncio.get_running_loop()
@@ -142,7 +142,7 @@ async def query_embedder(
     forward pass (`local`), or through the Embedder deployment (`info`: its model's name and dim)."""
     loop = asyncio.get_running_loop()
     if not local:
-        return RemoteEmbedder(embedder, info["name"], info["dim"], settings.embedding.timeout_s, loop)
+        return RemoteEmbedder(embedder, info, settings.embedding.timeout_s, loop)
     model = await loop.run_in_executor(
         None, lambda: build_embedder(settings, threads=settings.embedding.query_model_threads, precision=settings.embedding.query_precision),
     )

@@ -82,7 +82,8 @@ class IngressDeployment(
         info = await self.embedder.info.remote()
         self.phase = "opening the store"
         self.store = await loop.run_in_executor(
-            None, functools.partial(open_store, settings, embedding_model=info["name"], embedding_dim=info["dim"])
+            None, functools.partial(open_store, settings, embedding_model=info["name"], embedding_dim=info["dim"],
+                                    chinese_gloss=info["glosses_chinese"]),
         )
         # Reads only (get, list, history, sessions); changes go through the Writer, in order.
         self.reader = open_service(settings, with_embedder=False, store=self.store)

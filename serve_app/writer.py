@@ -88,10 +88,9 @@ class WriterDeployment:
         self._settings = settings
         self._shard, self._shards = shard, settings.writer.shards
         info = await embedder.info.remote()
-        store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"])
-        remote = RemoteEmbedder(
-            embedder, info["name"], info["dim"], settings.embedding.timeout_s, asyncio.get_running_loop()
-        )
+        store = open_store(settings, embedding_model=info["name"], embedding_dim=info["dim"],
+                           chinese_gloss=info["glosses_chinese"])
+        remote = RemoteEmbedder(embedder, info, settings.embedding.timeout_s, asyncio.get_running_loop())
         # With the maintenance interface: erasure purges old versions through it.
         self._service = open_service(settings, embedder=remote, store=store, with_maintenance=True)
         # Every API write passes through here, so the per-org quota is kept here (serve_app.limits).

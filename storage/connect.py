@@ -40,7 +40,8 @@ def open_service(
         embedder = build_embedder(settings)
     name, dim = (embedder.name, embedder.dim) if embedder is not None else model or (None, None)
     if store is None:
-        store = open_store(settings, embedding_model=name, embedding_dim=dim)
+        store = open_store(settings, embedding_model=name, embedding_dim=dim,
+                           chinese_gloss=embedder.glosses_chinese if embedder is not None else None)
     else:
         store.check_model(name, dim)
     maintenance = maintenance_of(store) if with_maintenance else None

@@ -38,13 +38,15 @@ class LanceStore:
         *,
         embedding_model: str | None,
         embedding_dim: int | None,
+        chinese_gloss: bool | None = None,
         storage_options: dict[str, str] | None = None,
         read_consistency: timedelta | None = timedelta(0),
         scan_limit: int = 2_000,
     ) -> None:
         # The open tables, shared with the maintenance interface of this store (storage.connect).
         self.connection = Tables(uri, embedding_model=embedding_model, embedding_dim=embedding_dim,
-                                 storage_options=storage_options, read_consistency=read_consistency)
+                                 chinese_gloss=chinese_gloss, storage_options=storage_options,
+                                 read_consistency=read_consistency)
         self.recall = RecallScan(self.connection, scan_limit=scan_limit)
         self.memories = MemoryRows(self.connection, self.recall)
         self.journal = Journal(self.connection)
@@ -229,12 +231,16 @@ class LanceStore:
         return store_stats(self.connection, scope)
 
 
-def open_store(settings: Settings, *, embedding_model: str | None, embedding_dim: int | None) -> LanceStore:
-    """The store the settings point at; pass the embedder's name and dim to create or check it."""
+def open_store(settings: Settings, *, embedding_model: str | None, embedding_dim: int | None,
+               chinese_gloss: bool | None = None) -> LanceStore:
+    """The store the settings point at; pass the embedder's name and dim to create or check it, and
+    whether it embeds Chinese through its gloss (`Embedder.glosses_chinese`) for the store to record
+    when new, or to warn of when it records the other way."""
     return LanceStore(
         settings.storage.uri,
         embedding_model=embedding_model,
         embedding_dim=embedding_dim,
+        chinese_gloss=chinese_gloss,
         storage_options=settings.storage.options,
         scan_limit=settings.recall.scan_limit,
     )

@@ -62,9 +62,20 @@ class StoreMaintenance:
 
     def set_index_format(self, value: int) -> None:
         """Record the layout every row of `memories` now has (one commit of the schema metadata)."""
-        dataset = self.tables.table(sc.MEMORIES).to_lance()
-        metadata = {k.decode(): v.decode() for k, v in (dataset.schema.metadata or {}).items()}
-        dataset.replace_schema_metadata({**metadata, sc.INDEX_FORMAT_KEY.decode(): str(value)})
+        self._record(sc.INDEX_FORMAT_KEY, str(value).encode())
+
+    def chinese_gloss(self) -> bool | None:
+        """Whether the vectors of Chinese memories embed their gloss (None: the store does not say;
+        see `schema.GLOSS_KEY`)."""
+        return recorded_gloss(self.tables)
+
+    def set_chinese_gloss(self, glossed: bool) -> None:
+        """Record how every Chinese memory of `memories` is now embedded (one commit of the metadata)."""
+        self._record(sc.GLOSS_KEY, sc.gloss_name(glossed).encode())
+
+    def _record(self, key: bytes, value: bytes) -> None:
+        """One key of the schema metadata of `memories` set, the others left as they are."""
+        self.tables.table(sc.MEMORIES).to_lance().update_schema_metadata({key.decode(): value.decode()})
 
     def jobs_in(self, kind: str, states: Sequence[str]) -> list[dict[str, Any]]:
         """The jobs of a kind in these states, of every org, oldest first (as `get_job` gives them)."""
@@ -284,6 +295,11 @@ class StoreMaintenance:
         return store_stats(self.tables, scope)
 
 
+def recorded_gloss(tables: Tables) -> bool | None:
+    """How the store's Chinese memories were embedded, as its latest version records it."""
+    return sc.recorded_gloss(tables.table(sc.MEMORIES).to_lance().schema.metadata)
+
+
 def in_owner_order(keys: pa.Table) -> bool:
     """Whether a fragment's (org, user, created_at) keys are already sorted."""
     if keys.num_rows < 2:
@@ -294,7 +310,8 @@ def in_owner_order(keys: pa.Table) -> bool:
 def store_stats(tables: Tables, scope: OrgScope | None) -> dict[str, Any]:
     """Counts per table, and per memory type and status, for one org or all (None)."""
     out: dict[str, Any] = {"uri": tables.uri, "embedding_model": tables.embedding_model,
-                           "embedding_dim": tables.embedding_dim, "tables": {}}
+                           "embedding_dim": tables.embedding_dim, "chinese_gloss": sc.gloss_name(recorded_gloss(tables)),
+                           "tables": {}}
     for name in sc.TABLES:
         out["tables"][name] = tables.shape(name)
     table = tables.table(sc.MEMORIES)

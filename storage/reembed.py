@@ -23,8 +23,9 @@ STAGING = "memories_reembed"
 Embed = Callable[[Sequence[str]], tuple[np.ndarray, Sequence[float]]]
 
 
-def staging_schema(dim: int, model: str) -> pa.Schema:
-    """New vectors keyed by memory id, with the text they were computed from."""
+def staging_schema(dim: int, model: str, gloss: bool) -> pa.Schema:
+    """New vectors keyed by memory id, with the text they were computed from (the model, and
+    whether Chinese texts were embedded through their gloss, in the metadata)."""
     return pa.schema(
         [
             pa.field("id", pa.string(), nullable=False, metadata=sc.PRIMARY_KEY),
@@ -32,19 +33,22 @@ def staging_schema(dim: int, model: str) -> pa.Schema:
             pa.field("oov", pa.float32(), nullable=False),
             pa.field("vector", pa.list_(pa.float32(), dim)),
         ],
-        metadata={sc.MODEL_KEY: model.encode(), sc.DIM_KEY: str(dim).encode()},
+        metadata={sc.MODEL_KEY: model.encode(), sc.DIM_KEY: str(dim).encode(), sc.GLOSS_KEY: sc.gloss_name(gloss).encode()},
     )
 
 
-def open_staging(tables: Tables, model: str, dim: int) -> Any:
-    """The staging table for `model`; a staging table left by a run for another model is replaced."""
+def open_staging(tables: Tables, model: str, dim: int, gloss: bool) -> Any:
+    """The staging table for `model` (with or without the Chinese gloss); a staging table left by a
+    run for another model, or the other way of embedding Chinese, is replaced."""
     db = tables.db
     if STAGING in db.table_names():
         table = db.open_table(STAGING)
         meta = table.schema.metadata or {}
-        if meta.get(sc.MODEL_KEY, b"").decode() == model and int(meta.get(sc.DIM_KEY, b"0")) == dim:
+        if (meta.get(sc.MODEL_KEY, b"").decode() == model and int(meta.get(sc.DIM_KEY, b"0")) == dim
+                and sc.recorded_gloss(meta) == gloss):
             return table  # a killed run resumes: rows already staged are kept
-    return db.create_table(STAGING, schema=staging_schema(dim, model), mode="overwrite", data_storage_version=FILE_FORMAT)
+    return db.create_table(STAGING, schema=staging_schema(dim, model, gloss), mode="overwrite",
+                           data_storage_version=FILE_FORMAT)
 
 
 def memory_texts(tables: Tables) -> pa.Table:
@@ -81,7 +85,7 @@ def stale(tables: Tables, staging: Any) -> pa.Table:
     return current.filter(pa.array(keep, type=pa.bool_()))
 
 
-def switch(tables: Tables, staging: Any, model: str, dim: int, embed: Embed, *, attempts: int = 5) -> int:
+def switch(tables: Tables, staging: Any, model: str, dim: int, embed: Embed, *, gloss: bool, attempts: int = 5) -> int:
     """Catch up rows written meanwhile, then replace `memories` with the new vectors in one commit.
 
     Returns the number of rows caught up. Writes landing between the last read and the commit are
@@ -111,7 +115,7 @@ def switch(tables: Tables, staging: Any, model: str, dim: int, embed: Embed, *, 
         if len(order) != current.num_rows or table.version != version:
             continue  # written meanwhile: catch up again
         picked = staged.take(pa.array(order, type=pa.int64()))
-        new_schema = sc.memories_schema(dim, model)
+        new_schema = sc.memories_schema(dim, model, gloss=gloss)
         columns = {name: current.column(name) for name in current.column_names}
         columns["oov"] = picked.column("oov")
         columns["vector"] = picked.column("vector")

@@ -29,6 +29,22 @@ DIM_KEY = b"embedding_dim"
 # the key are 1 until `agent-memory reindex` has brought every row to 2.
 INDEX_FORMAT_KEY = b"index_format"
 INDEX_FORMAT = 2
+# What the vectors of Chinese memories embed: "on", their English dictionary gloss
+# (`embedding_gloss_chinese`); "off", the text as written. A store without the key (written before
+# it, or by a process that embeds nothing) does not say: `agent-memory reindex` embeds every Chinese
+# memory the configured way and records it, as `reembed` does.
+GLOSS_KEY = b"chinese_gloss"
+
+
+def gloss_name(glossed: bool | None) -> str | None:
+    """How `GLOSS_KEY` records whether Chinese vectors embed their gloss ("on", "off"; None: unknown)."""
+    return None if glossed is None else "on" if glossed else "off"
+
+
+def recorded_gloss(metadata: dict[bytes, bytes] | None) -> bool | None:
+    """Whether a table's schema metadata says its Chinese vectors embed their gloss (None: it does not say)."""
+    value = (metadata or {}).get(GLOSS_KEY)
+    return None if value is None else value == b"on"
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 # The `id` of every table is declared its primary key (Lance enforces nothing with it): two
@@ -57,8 +73,9 @@ COLUMN_DEFAULTS = {
 }
 
 
-def memories_schema(dim: int, model: str) -> pa.Schema:
-    """The `memories` table; the embedding model and dimension are recorded in its metadata."""
+def memories_schema(dim: int, model: str, *, gloss: bool | None = None) -> pa.Schema:
+    """The `memories` table; the embedding model, its dimension and (where known) whether Chinese
+    vectors embed their gloss are recorded in its metadata."""
     return pa.schema(
         [
             pa.field("id", pa.string(), nullable=False, metadata=PRIMARY_KEY),
@@ -90,7 +107,8 @@ def memories_schema(dim: int, model: str) -> pa.Schema:
             pa.field("vector", pa.list_(pa.float32(), dim)),
             *ADDED_MEMORY_FIELDS,
         ],
-        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode(), INDEX_FORMAT_KEY: str(INDEX_FORMAT).encode()},
+        metadata={MODEL_KEY: model.encode(), DIM_KEY: str(dim).encode(), INDEX_FORMAT_KEY: str(INDEX_FORMAT).encode(),
+                  **({GLOSS_KEY: gloss_name(gloss).encode()} if gloss is not None else {})},
     )
 
 

@@ -123,6 +123,19 @@ def add_missing_columns(table: Any, declared: pa.Schema) -> Any:
     return table
 
 
+def warn_of_gloss(uri: str, recorded: bool | None, embedder: bool | None) -> None:
+    """Log a warning where the store's Chinese memories were embedded another way than the
+    embedder of this process embeds Chinese (`embedder` None: it embeds nothing). Every read still
+    works; Chinese questions only compare poorly with those memories until a reindex."""
+    if embedder is None or recorded == embedder:
+        return
+    way = {True: "through its English gloss", False: "as written"}
+    said = f"were embedded {way[recorded]}" if recorded is not None else "do not say how they were embedded"
+    log.warning("the Chinese memories of the store at %s %s, and this process embeds Chinese %s "
+                "(embedding_gloss_chinese): run `agent-memory reindex` once every server and job embeds it so",
+                uri, said, way[embedder])
+
+
 # Inserts of this many rows or more read the table's ids whole (Tables.insert_absent).
 EXACT_INSERT_ROWS = 64
 
@@ -136,6 +149,7 @@ class Tables:
         *,
         embedding_model: str | None,
         embedding_dim: int | None,
+        chinese_gloss: bool | None = None,
         storage_options: dict[str, str] | None = None,
         read_consistency: timedelta | None = timedelta(0),
     ) -> None:
@@ -152,7 +166,7 @@ class Tables:
         except Exception as exc:
             raise UnavailableError(f"cannot open the store at {uri}: {exc}") from exc
         self._tables: dict[str, Any] = {}
-        self.embedding_model, self.embedding_dim = self._open_memories(embedding_model, embedding_dim)
+        self.embedding_model, self.embedding_dim = self._open_memories(embedding_model, embedding_dim, chinese_gloss)
         for name, table_schema in (
             (sc.MESSAGES, sc.MESSAGES_SCHEMA), (sc.EVENTS, sc.EVENTS_SCHEMA), (sc.JOBS, sc.JOBS_SCHEMA),
             (sc.VERDICTS, sc.VERDICTS_SCHEMA), (sc.ACCESS, sc.ACCESS_SCHEMA),
@@ -167,7 +181,7 @@ class Tables:
             self.create_indexes(table, name)
             return table
 
-    def _open_memories(self, model: str | None, dim: int | None) -> tuple[str, int]:
+    def _open_memories(self, model: str | None, dim: int | None, gloss: bool | None) -> tuple[str, int]:
         try:
             table = declare_primary_key(self.db.open_table(sc.MEMORIES))
         except (FileNotFoundError, ValueError):
@@ -176,13 +190,15 @@ class Tables:
                     f"no memories table at {self.uri}: start the service or import data first"
                 ) from None
             table = self.db.create_table(
-                sc.MEMORIES, schema=sc.memories_schema(dim, model), exist_ok=True, data_storage_version=FILE_FORMAT
+                sc.MEMORIES, schema=sc.memories_schema(dim, model, gloss=gloss), exist_ok=True,
+                data_storage_version=FILE_FORMAT,
             )
             self.create_indexes(table, sc.MEMORIES)
         meta = table.schema.metadata or {}
         stored_model = meta.get(sc.MODEL_KEY, b"").decode()
         stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
         check_model(self.uri, (stored_model, stored_dim), model, dim)
+        warn_of_gloss(self.uri, sc.recorded_gloss(meta), gloss)
         add_missing_columns(table, sc.memories_schema(stored_dim or 1, stored_model))
         self._tables[sc.MEMORIES] = table
         return stored_model, stored_dim

@@ -68,7 +68,8 @@ def make_service(embedder: Embedder, tmp_path: Path) -> Iterator[Callable[..., M
 
     def make(clock: Callable[[], datetime] | None = None, **overrides: object) -> MemoryService:
         settings = Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None, **overrides)  # type: ignore[call-arg]
-        store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim)
+        store = LanceStore(settings.storage.uri, embedding_model=embedder.name, embedding_dim=embedder.dim,
+                           chinese_gloss=embedder.glosses_chinese)
         service = MemoryService(store, embedder, settings, clock=clock or Clock(), defer_access=False,
                                 maintenance=maintenance_of(store))
         services.append(service)

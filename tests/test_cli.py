@@ -21,7 +21,7 @@ from storage import LanceStore
 def store(tmp_path: Path) -> str:
     """A new, empty store with its tables, as the bundled model's first write leaves it (no model here)."""
     uri = str(tmp_path / "db")
-    LanceStore(uri, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
+    LanceStore(uri, embedding_model="all-MiniLM-L6-v2", embedding_dim=384, chinese_gloss=True)
     return uri
 
 
@@ -174,6 +174,9 @@ def test_an_unreachable_server_is_an_error_of_its_own(capsys: pytest.CaptureFixt
 def test_stats_export_and_forget_on_an_empty_store(tmp_path: Path, store: str) -> None:
     stats = _run("stats", "--storage-uri", store)
     assert stats.exit_code == 0 and json.loads(stats.stdout)["memories"]["total"] == 0
+    assert json.loads(stats.stdout)["chinese_gloss"] == json.loads(stats.stdout)["chinese_gloss_configured"] == "on"
+    off = json.loads(_run("stats", "--storage-uri", store, env={"AGENT_MEMORY_EMBEDDING_GLOSS_CHINESE": "off"}).stdout)
+    assert (off["chinese_gloss"], off["chinese_gloss_configured"]) == ("on", "off")
     out = tmp_path / "alice.jsonl"
     exported = _run("export", "--user-id", "alice", "--out", str(out), "--storage-uri", store)
     assert exported.exit_code == 0 and "exported 0 rows of user 'alice'" in exported.stderr

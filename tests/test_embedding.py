@@ -269,4 +269,6 @@ def test_chinese_is_glossed_for_the_bundled_model_only_unless_told() -> None:
 
     assert glosses() and not glosses(embedding_model="openai:text-embedding-3-small")
     assert glosses(embedding_model="some/multilingual-model", embedding_gloss_chinese="on")
+    # An embeddings endpoint is given the texts as they are.
+    assert not glosses(embedding_model="openai:text-embedding-3-small", embedding_gloss_chinese="on")
     assert not glosses(embedding_gloss_chinese="off")

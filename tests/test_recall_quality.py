@@ -4,6 +4,7 @@ demo's questions on the shipped sample (real LanceDB, real bundled model)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -11,13 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent_memory.embedding import Embedder, GlossingEmbedder
 from agent_memory.extraction import extract_and_store
 from agent_memory.models import Scope, index_parts
 from agent_memory.service import MemoryService
+from agent_memory.settings import Settings
 from cli.demo import DEMO_QUESTIONS, SAMPLE_MODE
 from jobs.importer import import_into
 from jobs.reindex import reindex
 from storage.connect import maintenance_of
+from storage.lance_store import LanceStore, open_store
 from tests.conftest import ROOT, Clock
 
 U = Scope.user("acme", "u1")
@@ -184,6 +188,59 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
     assert _top(service, "What class did Caroline join?")[0] == fact.content
     # Nothing left to do: a second run writes nothing.
     assert reindex(service.settings, service=service)["changed"] == 0
+
+
+def test_reindex_embeds_chinese_again_after_the_way_chinese_is_embedded_changed(
+    make_service: Callable[..., MemoryService], embedder: Embedder, clock: Clock
+) -> None:
+    service = make_service(clock=clock)  # the bare model: Chinese embedded as written, and recorded so
+    ids = service.add_many("acme", [{"user_id": "u1", "content": "我老公在银行上班"},
+                                    {"user_id": "u1", "content": "Drinks green tea"}]).ids
+    maintenance = maintenance_of(service.store)
+    assert maintenance.chinese_gloss() is False and maintenance.stats()["chinese_gloss"] == "off"
+    before = {r.id: r for r in service.store.get_memories(U, ids, with_vectors=True)}
+    glossing = GlossingEmbedder(embedder)
+    reglossed = MemoryService(service.store, glossing, service.settings, clock=clock, maintenance=maintenance)
+
+    assert reindex(service.settings, service=reglossed, dry_run=True)["written"] == 0
+    # One org's run embeds its Chinese again but records nothing: other orgs may hold Chinese too.
+    one_org = reindex(service.settings, service=reglossed, org_id="acme")
+    assert (one_org["reembedded"], one_org["chinese_gloss"]) == (1, "off") and maintenance.chinese_gloss() is False
+    report = reindex(service.settings, service=reglossed)  # still recorded "off": embedded again
+    assert (report["changed"], report["reembedded"], report["skipped"], report["chinese_gloss"]) == (1, 1, 0, "on")
+    assert maintenance.chinese_gloss() is True and maintenance.stats()["chinese_gloss"] == "on"
+    after = {r.id: r for r in service.store.get_memories(U, ids, with_vectors=True)}
+    chinese, english = after[ids[0]], after[ids[1]]
+    expected = glossing.embed_batch([chinese.vector_text])[0]
+    assert float(expected @ np.asarray(chinese.vector)) == pytest.approx(1.0, abs=1e-4)
+    assert float(np.asarray(before[ids[0]].vector) @ np.asarray(chinese.vector)) < 0.9
+    assert before[ids[0]].oov > 0.3 and chinese.oov == 0.0  # the model reads all of the gloss
+    assert english.vector == before[ids[1]].vector
+    assert reindex(service.settings, service=reglossed)["changed"] == 0
+    # And back: the store records what it holds, so the bare model embeds the Chinese row again.
+    assert reindex(service.settings, service=service)["reembedded"] == 1 and maintenance.chinese_gloss() is False
+
+
+@pytest.mark.store  # a LanceDB on a temporary directory
+def test_a_store_records_how_its_chinese_is_embedded_and_warns_of_the_other_way(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None)  # type: ignore[call-arg]
+    model = {"embedding_model": "all-MiniLM-L6-v2", "embedding_dim": 384}
+    store = open_store(settings, **model, chinese_gloss=True)
+    assert maintenance_of(store).chinese_gloss() is True and maintenance_of(store).stats()["chinese_gloss"] == "on"
+    with caplog.at_level(logging.WARNING, logger="storage.tables"):
+        open_store(settings, **model, chinese_gloss=True)
+        open_store(settings, embedding_model=None, embedding_dim=None)  # embeds nothing: nothing to say
+        assert not caplog.records
+        open_store(settings, **model, chinese_gloss=False)
+    assert "were embedded through its English gloss" in caplog.text and "agent-memory reindex" in caplog.text
+    caplog.clear()
+    unsaid = LanceStore(str(tmp_path / "other"), **model)  # a process that does not say: nothing recorded
+    assert maintenance_of(unsaid).chinese_gloss() is None
+    with caplog.at_level(logging.WARNING, logger="storage.tables"):
+        open_store(settings.replace(storage_uri=str(tmp_path / "other")), **model, chinese_gloss=True)
+    assert "do not say how they were embedded" in caplog.text
 
 
 def test_reindex_never_overwrites_a_row_changed_since_it_was_read(

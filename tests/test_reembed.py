@@ -80,16 +80,22 @@ def test_reembed_with_the_model_in_force_embeds_chinese_through_its_gloss(
     make_service: Callable[..., MemoryService],
 ) -> None:
     # The fixture's embedder reads Chinese as it is written, as a store written with
-    # embedding_gloss_chinese off holds it; the settings gloss it (the default for the bundled
-    # model): re-embedding with the model in force recomputes every vector.
+    # embedding_gloss_chinese off holds it (and records); the settings gloss it (the default for
+    # the bundled model): re-embedding with the model in force recomputes every vector.
     service = make_service()
     service.add("acme", {"user_id": "u1", "content": "我老公在银行上班。"})
     oov = maintenance_of(service.store).tables.table("memories").to_lance().to_table(columns=["oov"])
     assert oov.column("oov")[0].as_py() > 0.3
+    assert maintenance_of(service.store).chinese_gloss() is False
     report = reembed(service.settings, service.settings.embedding.model, engine="local")
     assert (report["memories"], report["embedded"], report["model"]) == (1, 1, service.embedder.name)
+    assert report["chinese_gloss"] == "on"
     oov = maintenance_of(service.store).tables.table("memories").to_lance().to_table(columns=["oov"])
     assert oov.column("oov")[0].as_py() == 0.0
+    # The store records it, so a later reindex with the settings' embedder has nothing to do.
+    assert maintenance_of(service.store).chinese_gloss()
+    reopened = LanceStore(service.settings.storage.uri, embedding_model=None, embedding_dim=None)
+    assert maintenance_of(reopened).chinese_gloss() and maintenance_of(reopened).stats()["chinese_gloss"] == "on"
 
 
 def test_local_reembed_leaves_the_old_setting_refused(

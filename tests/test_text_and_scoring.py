@@ -179,6 +179,12 @@ def test_group_sums_add_each_groups_rows_and_leave_empty_groups_zero() -> None:
     expected = np.zeros((13, 7))
     np.add.at(expected, groups, rows)
     assert np.array_equal(scoring.group_sums(rows, groups, 13), expected)
+    # Each group one run, in no order of their numbers (a user's sessions as the scan reads them).
+    runs = np.repeat(rng.permutation(13)[:9], rng.integers(1, 22, 9))  # at most 189 rows
+    block = rows[: len(runs)]
+    expected = np.zeros((13, 7))
+    np.add.at(expected, runs, block)
+    assert np.array_equal(scoring.group_sums(block, runs, 13), expected)
     assert scoring.group_sums(np.zeros((0, 3)), np.zeros(0, dtype=int), 2).tolist() == [[0.0] * 3] * 2
     # A session of a pool is one document: its turns' term counts and lengths add up.
     counts = scoring.term_counts(["tea", "green"], [("tea",), ("green", "tea"), ("coffee",)])

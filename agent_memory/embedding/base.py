@@ -41,6 +41,8 @@ class Embedder(ABC):
 
     name: str
     dim: int
+    # Whether Chinese texts are given to the model as their English gloss (GlossingEmbedder).
+    glosses_chinese = False
 
     def __init__(self, cache_size: int = 0) -> None:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -81,6 +83,8 @@ class GlossingEmbedder(Embedder):
     they are, and so does the vocabulary coverage of each text as the model is given it.
     """
 
+    glosses_chinese = True
+
     def __init__(self, inner: Embedder, cache_size: int = 0) -> None:
         super().__init__(cache_size)
         self.inner = inner
@@ -117,7 +121,7 @@ class BatchingEmbedder(Embedder):
     ) -> None:
         super().__init__(cache_size)
         self.inner = inner
-        self.name, self.dim = inner.name, inner.dim
+        self.name, self.dim, self.glosses_chinese = inner.name, inner.dim, inner.glosses_chinese
         self.max_batch = max_batch
         self._timeout = timeout_s
         self._on_batch = on_batch

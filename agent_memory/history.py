@@ -5,9 +5,11 @@ embedding, writing) is `jobs.importer`."""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -66,8 +68,23 @@ def read_rows(path: str | Path, fmt: Format = "auto") -> Iterator[tuple[int, dic
     kind = detect_format(path, fmt)
     if not Path(path).exists():
         raise InvalidInputError(f"no such file: {path}")
-    with open(path, "rb") as handle:
+    with open_local(path) as handle:
         yield from read_stream(handle, kind)
+
+
+@contextmanager
+def open_local(path: str) -> Iterator[BinaryIO]:
+    """A local file as a binary stream, decompressed where its name ends in `.gz` (as an `s3://`
+    file of that name is read); a file that is not gzip then fails its first read, as bad input."""
+    if not path.lower().endswith(".gz"):
+        with open(path, "rb") as handle:
+            yield handle
+        return
+    with gzip.open(path, "rb") as handle:
+        try:
+            yield handle  # type: ignore[misc]
+        except (gzip.BadGzipFile, EOFError) as exc:
+            raise InvalidInputError(f"{path} is not a complete gzip file: {exc}") from exc
 
 
 def read_stream(handle: BinaryIO, kind: Literal["jsonl", "csv", "parquet"]) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyarrow import fs
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.history import detect_format, expand_paired, parse_turn, read_stream
+from agent_memory.history import detect_format, expand_paired, open_local, parse_turn, read_stream
 from agent_memory.models import MessageRecord, check_identifier
 from agent_memory.redaction import Redactor
 from agent_memory.service import MemoryService, group_sessions
@@ -69,7 +69,7 @@ def open_input(path: str, settings: Settings) -> Iterator[IO[bytes]]:
         local = path.removeprefix("file://")
         if not Path(local).is_file():
             raise InvalidInputError(f"no such file: {path}")
-        with open(local, "rb") as handle:
+        with open_local(local) as handle:
             yield handle
     else:
         with filesystem.open_input_stream(path.removeprefix("s3://")) as stream:

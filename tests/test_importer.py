@@ -247,6 +247,22 @@ def test_unknown_mode_and_format_are_clear_errors_and_write_nothing(tmp_path: Pa
     assert not Path(settings.storage.uri).exists()
 
 
+@pytest.mark.store  # the import opens a real LanceDB and loads the model, in this process
+def test_a_gzipped_history_is_read_as_it_is_on_s3_and_a_broken_one_writes_nothing(tmp_path: Path) -> None:
+    import gzip
+
+    settings = _settings(tmp_path)
+    packed = tmp_path / "h.jsonl.gz"
+    packed.write_bytes(gzip.compress(_sample(tmp_path / "h.jsonl", 12).read_bytes()))
+    result = run_import(settings, _options(tmp_path, packed, engine="local"))
+    assert (result.rows_read, result.rows_rejected, result.memories_written) == (12, 0, 12)
+    broken = _settings(tmp_path, "broken")
+    (tmp_path / "broken.jsonl.gz").write_bytes(gzip.compress(packed.read_bytes())[:40])  # cut short
+    with pytest.raises(InvalidInputError, match="not a complete gzip file"):
+        run_import(broken, _options(tmp_path, tmp_path / "broken.jsonl.gz", engine="local"))
+    assert not Path(broken.storage.uri).exists() or not _ids(broken)["memories"]
+
+
 def test_ray_pipeline_matches_the_in_process_import(tmp_path: Path, ray_session: None) -> None:
     path = _bad_file(tmp_path / "bad.jsonl")
     with open(path, "a") as handle:

@@ -215,6 +215,9 @@ def test_import_job_over_http(api, serve_app) -> None:
     (root / f"{user}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     c = api()
     assert c.post("/v1/jobs/import", json={"path": "../../etc/passwd"}).status_code == 422
+    # Object stores the import cannot read are refused at once, not accepted as a job that fails.
+    refused = c.post("/v1/jobs/import", json={"path": "gs://bucket/history.jsonl"})
+    assert refused.status_code == 422 and "s3://" in refused.json()["error"]["message"], refused.text
     assert c.post("/v1/jobs/import", json={"path": "missing.jsonl"}).status_code == 404
     assert api("acme-writer").post("/v1/jobs/import", json={"path": f"{user}.jsonl"}).status_code == 403
     r = c.post("/v1/jobs/import", json={"path": f"{user}.jsonl", "mode": "raw"})

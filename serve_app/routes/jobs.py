@@ -22,8 +22,8 @@ router = APIRouter(tags=["jobs"])
 def resolve_import_path(path: str, root: str) -> str:
     """An object-store URI as given, or a local path that must stay inside the import root."""
     if "://" in path:
-        if not path.startswith(("s3://", "gs://", "az://")):
-            raise InvalidInputError("path must be an object-store URI (s3://...) or a file under the import root")
+        if not path.startswith("s3://"):  # what the import reads (jobs.import_rows.object_store_filesystem)
+            raise InvalidInputError("path must be an s3:// URI or a file under the import root")
         return path
     base = FilePath(root).resolve()
     target = (base / path).resolve()

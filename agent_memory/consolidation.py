@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent_memory.clustering import Cluster, Judge, cluster_memories
+from agent_memory.index_text import index_text_of
 from agent_memory.judges import RememberedJudge, Summarize, build_judge, build_summarizer
 from agent_memory.link_signals import candidate_pairs
 from agent_memory.linking import corpus_idf
-from agent_memory.models import MemoryRecord, Scope, index_text_of
+from agent_memory.models import MemoryRecord, Scope
 from agent_memory.settings import Settings
 
 if TYPE_CHECKING:

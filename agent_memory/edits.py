@@ -14,17 +14,9 @@ from agent_memory.audit import memory_event
 from agent_memory.errors import ConflictError, InvalidInputError, NotFoundError
 from agent_memory.feedback import Feedback, vote_change, voted
 from agent_memory.ids import memory_id
+from agent_memory.index_text import index_parts, index_speaker
 from agent_memory.merge import KEPT_APART, apart_ids
-from agent_memory.models import (
-    MemoryEvent,
-    MemoryPatch,
-    MemoryRecord,
-    Scope,
-    check_identifier,
-    index_parts,
-    index_speaker,
-    parse_input,
-)
+from agent_memory.models import MemoryEvent, MemoryPatch, MemoryRecord, Scope, check_identifier, parse_input
 from agent_memory.rows import RowBuilder
 from agent_memory.settings import Settings
 from agent_memory.store import MemoryStore, Page

@@ -11,16 +11,14 @@ from typing import Any
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.ids import fingerprint, memory_id, stable_id
+from agent_memory.index_text import index_parts, index_text_of, speaker_name
 from agent_memory.models import (
     MemoryRecord,
     Message,
     MessageRecord,
     NewMemory,
     check_identifier,
-    index_parts,
-    index_text_of,
     parse_input,
-    speaker_name,
     turn_order,
 )
 from agent_memory.redaction import Redactor

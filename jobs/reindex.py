@@ -29,15 +29,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.errors import InvalidInputError
-from agent_memory.models import (
-    MemoryRecord,
-    MessageRecord,
-    OrgScope,
-    Scope,
-    index_parts,
-    index_speaker,
-    index_text_of,
-)
+from agent_memory.index_text import index_parts, index_speaker, index_text_of
+from agent_memory.models import MemoryRecord, MessageRecord, OrgScope, Scope
 from agent_memory.settings import Settings
 from agent_memory.text import is_chinese
 from storage.connect import open_service

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from agent_memory.errors import ConflictError
-from agent_memory.models import index_parts
+from agent_memory.index_text import index_parts
 from storage import schema as sc
 from storage.tables import FILE_FORMAT, Tables, retrying
 

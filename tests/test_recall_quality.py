@@ -14,7 +14,8 @@ import pytest
 
 from agent_memory.embedding import Embedder, GlossingEmbedder
 from agent_memory.extraction import extract_and_store
-from agent_memory.models import Scope, index_parts
+from agent_memory.index_text import index_parts
+from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from cli.demo import DEMO_QUESTIONS, SAMPLE_MODE

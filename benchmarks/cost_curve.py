@@ -13,10 +13,12 @@ In process, one query at a time, the stores are measured in turn (100k, 1M, 3M, 
 Each query is timed three ways, as in recall_latency.py: query embedding alone, the store search
 alone (both retrievers, prefiltered to the user), and the whole recall on another text. Reported:
 p50/p99 per round and the median of rounds, build seconds and GB per million memories, and the
-slope: p50 at the largest size over p50 at the smallest, per decade of size.
+slope: p50 at the largest size over p50 at the smallest, per decade of size. With `--http`, the same
+searches through the Serve app (one client) at the smallest and the largest size, in turn.
 
     .venv/bin/python benchmarks/cost_curve.py [--sizes 100000,1000000,3000000 --rounds 3 --queries 300]
     .venv/bin/python benchmarks/cost_curve.py --keep /tmp/costcurve   # build once, measure again later
+    .venv/bin/python benchmarks/cost_curve.py --sizes 100000,1000000,3000000,10000000 --keep /tmp/costcurve --http
 """
 
 from __future__ import annotations

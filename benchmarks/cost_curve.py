@@ -11,10 +11,12 @@ texts with their real keyword terms, random unit vectors (the query is embedded 
 In process, one query at a time, the stores are measured in turn (100k, 1M, 3M, 100k, ...) for
 `--rounds` rounds, so the machine's drift shows as spread between rounds rather than as a slope.
 Each query is timed three ways, as in recall_latency.py: query embedding alone, the store search
-alone (both retrievers, prefiltered to the user), and the whole recall on another text. Reported:
+alone (both retrievers, prefiltered to the user), and the whole recall on another text (its
+wall time, and the CPU time of the process, which load moves less). Reported:
 p50/p99 per round and the median of rounds, build seconds and GB per million memories, and the
 slope: p50 at the largest size over p50 at the smallest, per decade of size. With `--http`, the same
-searches through the Serve app (one client) at the smallest and the largest size, in turn.
+searches through the Serve app (one client) at the smallest and the largest size, in turn. With
+`--fresh`, each store is opened anew before each round, its caches cold as in a newly started replica.
 
     .venv/bin/python benchmarks/cost_curve.py [--sizes 100000,1000000,3000000 --rounds 3 --queries 300]
     .venv/bin/python benchmarks/cost_curve.py --keep /tmp/costcurve   # build once, measure again later
@@ -183,7 +185,7 @@ def measure(service: MemoryService, store: LanceStore, embedder: SentenceTransfo
     a time, each text distinct (nothing is cached)."""
     rng = random.Random(f"{args.seed}-{salt}")
     asks = [(rng.choice(users), f"{rng.choice(QUERIES)} #{k}{salt}") for k in range(args.queries)]
-    embed_t, search_t, recall_t = [], [], []
+    embed_t, search_t, recall_t, cpu_t = [], [], [], []
     flt = RecallFilter(now=datetime.now(timezone.utc))
     for user, query in asks:
         t0 = time.perf_counter()
@@ -191,14 +193,15 @@ def measure(service: MemoryService, store: LanceStore, embedder: SentenceTransfo
         t1 = time.perf_counter()
         store.search(Scope.user(ORG, user), vector, keyword_text(query), flt, dense_limit=settings.recall.dense_depth,
                      keyword_limit=settings.recall.candidates)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         service.recall(ORG, {"user_id": user, "query": query + " ?"})
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
+        cpu_t.append(c3 - c2)
         embed_t.append(t1 - t0)
         search_t.append(t2 - t1)
         recall_t.append(t3 - t2)
     return {"whole_recall": summarize(recall_t), "store_search": summarize(search_t),
-            "query_embedding": summarize(embed_t)}
+            "query_embedding": summarize(embed_t), "whole_recall_cpu": summarize(cpu_t)}
 
 
 def warm_up(service: MemoryService, classes: dict[str, list[str]], rounds: int) -> None:
@@ -272,6 +275,8 @@ def main() -> int:
     parser.add_argument("--large-size", type=int, default=10_000)
     parser.add_argument("--warm-up", type=int, default=3, help="recalls per probe user per store before each round")
     parser.add_argument("--keep", help="build the stores under this directory and reuse them on later runs")
+    parser.add_argument("--fresh", action="store_true",
+                        help="open each store anew before each round (caches cold, as in a newly started replica)")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the stores and measure nothing")
     parser.add_argument("--http", action="store_true",
                         help="also search over HTTP (the Serve app) at the smallest and the largest size")
@@ -302,6 +307,12 @@ def main() -> int:
         for r in range(args.rounds):
             for size in sizes:
                 service, settings = services[size]
+                if args.fresh:
+                    service.close()
+                    stores[size] = LanceStore(settings.storage.uri, embedding_model=embedder.name,
+                                              embedding_dim=embedder.dim)
+                    service = MemoryService(stores[size], embedder, settings, defer_access=True)
+                    services[size] = (service, settings)
                 warm_up(service, classes, args.warm_up)
                 result = {label: measure(service, stores[size], embedder, settings, users, args, f"r{r}{label}")
                           for label, users in classes.items()}
@@ -317,13 +328,14 @@ def main() -> int:
         if scratch is not None:
             scratch.cleanup()
 
-    table = {size: {label: {part: medians(runs[size], label, part) for part in ("whole_recall", "store_search")}
+    parts = ("whole_recall", "store_search", "whole_recall_cpu")
+    table = {size: {label: {part: medians(runs[size], label, part) for part in parts}
                     for label in classes} for size in sizes}
     decades = math.log10(sizes[-1] / sizes[0]) if len(sizes) > 1 else 1.0
     slope = {label: {part: {
         "ratio": round(table[sizes[-1]][label][part]["p50_ms"] / table[sizes[0]][label][part]["p50_ms"], 2),
         "per_decade": round((table[sizes[-1]][label][part]["p50_ms"] / table[sizes[0]][label][part]["p50_ms"])
-                            ** (1 / decades), 2)} for part in ("whole_recall", "store_search")} for label in classes}
+                            ** (1 / decades), 2)} for part in parts} for label in classes}
     per_million = {size: {"build_s": round(b["build_s"] * 1e6 / size, 1), "gb": round(b["disk_bytes"] / 1e9 * 1e6 / size, 2)}
                    for size, b in builds.items()}
 

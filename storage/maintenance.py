@@ -57,8 +57,7 @@ class StoreMaintenance:
 
     def index_format(self) -> int:
         """The layout of what search reads in `memories` (see `schema.INDEX_FORMAT_KEY`)."""
-        metadata = self.tables.table(sc.MEMORIES).to_lance().schema.metadata or {}
-        return int(metadata.get(sc.INDEX_FORMAT_KEY, b"1"))
+        return recorded(self.tables).index_format
 
     def set_index_format(self, value: int) -> None:
         """Record the layout every row of `memories` now has (one commit of the schema metadata)."""
@@ -67,7 +66,7 @@ class StoreMaintenance:
     def chinese_gloss(self) -> bool | None:
         """Whether the vectors of Chinese memories embed their gloss (None: the store does not say;
         see `schema.GLOSS_KEY`)."""
-        return recorded_gloss(self.tables)
+        return recorded(self.tables).chinese_gloss
 
     def set_chinese_gloss(self, glossed: bool) -> None:
         """Record how every Chinese memory of `memories` is now embedded (one commit of the metadata)."""
@@ -295,9 +294,9 @@ class StoreMaintenance:
         return store_stats(self.tables, scope)
 
 
-def recorded_gloss(tables: Tables) -> bool | None:
-    """How the store's Chinese memories were embedded, as its latest version records it."""
-    return sc.recorded_gloss(tables.table(sc.MEMORIES).to_lance().schema.metadata)
+def recorded(tables: Tables) -> sc.TableMetadata:
+    """What the schema metadata of `memories` records at its latest version (model, layout, gloss)."""
+    return sc.TableMetadata.of(tables.table(sc.MEMORIES).to_lance().schema.metadata)
 
 
 def in_owner_order(keys: pa.Table) -> bool:
@@ -310,7 +309,7 @@ def in_owner_order(keys: pa.Table) -> bool:
 def store_stats(tables: Tables, scope: OrgScope | None) -> dict[str, Any]:
     """Counts per table, and per memory type and status, for one org or all (None)."""
     out: dict[str, Any] = {"uri": tables.uri, "embedding_model": tables.embedding_model,
-                           "embedding_dim": tables.embedding_dim, "chinese_gloss": sc.gloss_name(recorded_gloss(tables)),
+                           "embedding_dim": tables.embedding_dim, "chinese_gloss": sc.gloss_name(recorded(tables).chinese_gloss),
                            "tables": {}}
     for name in sc.TABLES:
         out["tables"][name] = tables.shape(name)

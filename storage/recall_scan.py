@@ -95,7 +95,7 @@ class RecallScan:
                 previous = self._dataset
                 dataset = table.to_lance() if previous is None else previous.checkout_version(version)
                 # A re-embedding may have switched the table to another model under a running server.
-                recorded = (dataset.schema.metadata or {}).get(sc.MODEL_KEY, b"").decode()
+                recorded = sc.TableMetadata.of(dataset.schema.metadata).model
                 if recorded and recorded != self.tables.embedding_model:
                     raise ConflictError(
                         f"the store at {self.tables.uri} now holds vectors of {recorded!r}, not {self.tables.embedding_model!r}: "

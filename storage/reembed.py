@@ -43,9 +43,8 @@ def open_staging(tables: Tables, model: str, dim: int, gloss: bool) -> Any:
     db = tables.db
     if STAGING in db.table_names():
         table = db.open_table(STAGING)
-        meta = table.schema.metadata or {}
-        if (meta.get(sc.MODEL_KEY, b"").decode() == model and int(meta.get(sc.DIM_KEY, b"0")) == dim
-                and sc.recorded_gloss(meta) == gloss):
+        staged = sc.TableMetadata.of(table.schema.metadata)
+        if (staged.model, staged.dim, staged.chinese_gloss) == (model, dim, gloss):
             return table  # a killed run resumes: rows already staged are kept
     return db.create_table(STAGING, schema=staging_schema(dim, model, gloss), mode="overwrite",
                            data_storage_version=FILE_FORMAT)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -41,10 +43,29 @@ def gloss_name(glossed: bool | None) -> str | None:
     return None if glossed is None else "on" if glossed else "off"
 
 
-def recorded_gloss(metadata: dict[bytes, bytes] | None) -> bool | None:
-    """Whether a table's schema metadata says its Chinese vectors embed their gloss (None: it does not say)."""
-    value = (metadata or {}).get(GLOSS_KEY)
-    return None if value is None else value == b"on"
+@dataclass(frozen=True)
+class TableMetadata:
+    """What the schema metadata of `memories` (or of re-embedding's staging table) records, decoded
+    in this one place: the embedding model ("" where absent) and its dimension (0), the index layout
+    (1: stores written before `INDEX_FORMAT_KEY`) and how Chinese was embedded (None: not said)."""
+
+    model: str = ""
+    dim: int = 0
+    index_format: int = 1
+    chinese_gloss: bool | None = None
+
+    @classmethod
+    def of(cls, metadata: Mapping[bytes, bytes] | None) -> TableMetadata:
+        """The metadata of an Arrow schema (`schema.metadata`, None where it has none), decoded."""
+        meta = metadata or {}
+        gloss = meta.get(GLOSS_KEY)
+        return cls(
+            model=meta.get(MODEL_KEY, b"").decode(),
+            dim=int(meta.get(DIM_KEY, b"0") or 0),
+            index_format=int(meta.get(INDEX_FORMAT_KEY, b"1")),
+            chinese_gloss=None if gloss is None else gloss == b"on",
+        )
+
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 # The `id` of every table is declared its primary key (Lance enforces nothing with it): two

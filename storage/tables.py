@@ -194,14 +194,12 @@ class Tables:
                 data_storage_version=FILE_FORMAT,
             )
             self.create_indexes(table, sc.MEMORIES)
-        meta = table.schema.metadata or {}
-        stored_model = meta.get(sc.MODEL_KEY, b"").decode()
-        stored_dim = int(meta.get(sc.DIM_KEY, b"0") or 0)
-        check_model(self.uri, (stored_model, stored_dim), model, dim)
-        warn_of_gloss(self.uri, sc.recorded_gloss(meta), gloss)
-        add_missing_columns(table, sc.memories_schema(stored_dim or 1, stored_model))
+        stored = sc.TableMetadata.of(table.schema.metadata)
+        check_model(self.uri, (stored.model, stored.dim), model, dim)
+        warn_of_gloss(self.uri, stored.chinese_gloss, gloss)
+        add_missing_columns(table, sc.memories_schema(stored.dim or 1, stored.model))
         self._tables[sc.MEMORIES] = table
-        return stored_model, stored_dim
+        return stored.model, stored.dim
 
     def check_model(self, model: str | None, dim: int | None) -> None:
         """Raise ConflictError unless the store holds vectors of this model (None checks nothing)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,10 @@ from agent_memory.models import Scope
 from agent_memory.service import MemoryService
 from jobs.reembed import Reembedding, reembed
 from storage import LanceStore
+from storage import schema as sc
 from storage.connect import maintenance_of
+from storage.reembed import STAGING, open_staging, stage
+from storage.tables import Tables
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +113,32 @@ def test_local_reembed_leaves_the_old_setting_refused(
     with pytest.raises(ConflictError, match="tiny-64") as refused:
         LanceStore(service.settings.storage.uri, embedding_model=service.embedder.name, embedding_dim=384)
     assert refused.value.code == "embedding_model_mismatch"
+
+
+@pytest.mark.store  # a LanceDB on a temporary directory
+def test_a_staging_table_is_resumed_only_by_a_run_with_the_same_model_and_way_of_embedding_chinese(
+    tmp_path: Path,
+) -> None:
+    tables = Tables(str(tmp_path / "lancedb"), embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
+
+    def staged(model: str, dim: int, gloss: bool) -> tuple[list[str], sc.TableMetadata]:
+        table = open_staging(tables, model, dim, gloss)
+        return sorted(table.to_arrow().column("id").to_pylist()), sc.TableMetadata.of(table.schema.metadata)
+
+    def left_by(model: str, dim: int, gloss: bool) -> None:
+        """A run that staged two vectors and was killed before its switch."""
+        table = open_staging(tables, model, dim, gloss)
+        stage(table, ["m1", "m2"], ["one", "two"], np.ones((2, dim), dtype=np.float32), [0.0, 0.0])
+
+    left_by("tiny-64", 64, True)
+    # The same model, glossing Chinese too: the run resumes, its staged rows kept.
+    assert staged("tiny-64", 64, True) == (["m1", "m2"], sc.TableMetadata("tiny-64", 64, 1, True))
+    # The other way of embedding Chinese: the staged vectors are of other text, so they go.
+    assert staged("tiny-64", 64, False) == ([], sc.TableMetadata("tiny-64", 64, 1, False))
+    assert STAGING in tables.db.table_names()
+    left_by("tiny-64", 64, False)
+    assert staged("tiny-64", 64, False)[0] == ["m1", "m2"]
+    # Another model, or the same name at another dimension: replaced too.
+    assert staged("other-64", 64, False) == ([], sc.TableMetadata("other-64", 64, 1, False))
+    left_by("tiny-64", 64, False)
+    assert staged("tiny-64", 32, False) == ([], sc.TableMetadata("tiny-64", 32, 1, False))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_memory.errors import InvalidInputError
 from agent_memory.index_text import index_parts, index_speaker, index_text_of
@@ -52,10 +52,17 @@ def needs_vector(record: MemoryRecord, embedded: str, *, regloss: bool) -> bool:
     return record.vector_text != embedded or (regloss and is_chinese(record.vector_text))
 
 
+class Change(NamedTuple):
+    """A memory whose index text, keywords or vector differ from what this version writes."""
+
+    record: MemoryRecord  # with the new index text and keywords
+    reembed: bool  # its vector must be made again (`needs_vector`)
+
+
 def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord], *, legacy: bool = False,
-            regloss: bool = False) -> list[MemoryRecord]:
+            regloss: bool = False) -> list[Change]:
     """The records of one user whose index text, keywords or vector differ from what this version
-    writes, with the new index text and keywords (their vectors still to be made where `needs_vector`).
+    writes, with the new index text and keywords, and whether each vector must be made again.
 
     `legacy`: the store's vectors embed the whole index text (layout 1), not `vector_text`.
     `regloss`: the store's Chinese vectors were embedded the other way than the service's embedder
@@ -84,8 +91,9 @@ def rebuilt(service: Any, scope: Scope, records: Sequence[MemoryRecord], *, lega
         keywords = service.keywords_of(index_text, record.content)
         new = record.model_copy(update={"index_text": index_text, "keywords": keywords})
         embedded = record.index_text if legacy else record.vector_text
-        if index_text != record.index_text or keywords != record.keywords or needs_vector(new, embedded, regloss=regloss):
-            changed.append(new)
+        reembed = needs_vector(new, embedded, regloss=regloss)
+        if reembed or index_text != record.index_text or keywords != record.keywords:
+            changed.append(Change(new, reembed))
     return changed
 
 
@@ -118,16 +126,15 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
             counts["changed"] += len(changed)
             if dry_run or not changed:
                 continue
-            before = {r.id: (r.index_text if legacy else r.vector_text, vector)
-                      for r, vector in zip(records, vectors, strict=True)}
+            old_vectors = {r.id: vector for r, vector in zip(records, vectors, strict=True)}
             for start in range(0, len(changed), BATCH):
                 batch = changed[start : start + BATCH]
-                moved = [r for r in batch if needs_vector(r, before[r.id][0], regloss=regloss)]
-                for record in batch:
-                    record.vector = before[record.id][1].tolist()
+                for change in batch:
+                    change.record.vector = old_vectors[change.record.id].tolist()
+                moved = [change.record for change in batch if change.reembed]
                 service.embed_records(moved)
                 counts["reembedded"] += len(moved)
-                written = service.store.reindex_memories(scope, batch)
+                written = service.store.reindex_memories(scope, [change.record for change in batch])
                 counts["written"] += written
                 counts["skipped"] += len(batch) - written
         if not dry_run and org_id is None and counts["skipped"] == 0:

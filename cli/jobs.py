@@ -64,7 +64,7 @@ def reembed(model: str, engine: str, storage_uri: str | None, address: str | Non
 
 @command("reindex", short_help=f"Rebuild every memory's index text and keywords. {ON_STORE}",
          epilog=f"{STORE} Safe while the service runs.")
-@click.option("--dry-run", is_flag=True, help="Count what would change; write nothing.")
+@click.option("--dry-run", is_flag=True, help="Count what would change and say what the store would record; write nothing.")
 @store_options(org=False)
 @click.option("--org-id", default=None, metavar="ORG", help="Only this org (default: every org).")
 def reindex(dry_run: bool, storage_uri: str | None, org_id: str | None, **_: Any) -> int:

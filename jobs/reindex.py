@@ -103,7 +103,8 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
     A store whose vectors embed the whole index text (written before layout 2) has each memory
     whose vector text differs from it re-embedded; a store whose Chinese memories were embedded
     another way than the settings embed Chinese has each of them re-embedded. Once a run over every
-    org writes every row it meant to, the store records layout 2 and the settings' way.
+    org writes every row it meant to, the store records layout 2 and the settings' way; a dry run
+    says what that would record (`would_record`; None for one org, which records nothing).
     """
     own = service is None
     service = service or open_service(settings, with_maintenance=True)
@@ -148,4 +149,10 @@ def reindex(settings: Settings, *, org_id: str | None = None, dry_run: bool = Fa
         if own:
             service.close()
     log.info("reindex: %s", counts)
-    return {"dry_run": dry_run, "index_format": layout, "chinese_gloss": gloss, **counts}
+    report = {"dry_run": dry_run, "index_format": layout, "chinese_gloss": gloss, **counts}
+    if dry_run:
+        # What the store would record after the same run for real, were no row skipped: only a run
+        # over every org records (another org may hold old rows, or Chinese embedded the old way).
+        report["would_record"] = None if org_id is not None else {
+            "index_format": INDEX_FORMAT if legacy else layout, "chinese_gloss": gloss_name(glossed)}
+    return report

@@ -175,7 +175,9 @@ def test_reindex_brings_old_rows_to_what_this_version_writes(
     editor_ack = next(r for r in old if r.content == "Thanks, super helpful.")
     assert editor_ack.index_text == current[editor_ack.id].index_text  # unchanged text, stale vector
 
-    assert reindex(service.settings, service=service, dry_run=True)["written"] == 0
+    dry = reindex(service.settings, service=service, dry_run=True)
+    assert dry["written"] == 0 and dry["index_format"] == 1
+    assert dry["would_record"] == {"index_format": 2, "chinese_gloss": "off"}  # the bare model's way
     report = reindex(service.settings, service=service)
     assert report["changed"] == report["written"] == len(current) and report["skipped"] == 0
     assert report["reembedded"] == sum(1 for r in old if current[r.id].vector_text != r.index_text) > 0
@@ -203,7 +205,9 @@ def test_reindex_embeds_chinese_again_after_the_way_chinese_is_embedded_changed(
     glossing = GlossingEmbedder(embedder)
     reglossed = MemoryService(service.store, glossing, service.settings, clock=clock, maintenance=maintenance)
 
-    assert reindex(service.settings, service=reglossed, dry_run=True)["written"] == 0
+    dry = reindex(service.settings, service=reglossed, dry_run=True)
+    assert (dry["written"], dry["chinese_gloss"], dry["would_record"]) == (0, "off", {"index_format": 2, "chinese_gloss": "on"})
+    assert reindex(service.settings, service=reglossed, org_id="acme", dry_run=True)["would_record"] is None
     # One org's run embeds its Chinese again but records nothing: other orgs may hold Chinese too.
     one_org = reindex(service.settings, service=reglossed, org_id="acme")
     assert (one_org["reembedded"], one_org["chinese_gloss"]) == (1, "off") and maintenance.chinese_gloss() is False
@@ -217,7 +221,8 @@ def test_reindex_embeds_chinese_again_after_the_way_chinese_is_embedded_changed(
     assert float(np.asarray(before[ids[0]].vector) @ np.asarray(chinese.vector)) < 0.9
     assert before[ids[0]].oov > 0.3 and chinese.oov == 0.0  # the model reads all of the gloss
     assert english.vector == before[ids[1]].vector
-    assert reindex(service.settings, service=reglossed)["changed"] == 0
+    again = reindex(service.settings, service=reglossed)
+    assert again["changed"] == 0 and "would_record" not in again  # only a dry run says what it would record
     # And back: the store records what it holds, so the bare model embeds the Chinese row again.
     assert reindex(service.settings, service=service)["reembedded"] == 1 and maintenance.chinese_gloss() is False
 

@@ -127,6 +127,7 @@ def _serve(*, host: str | None, port: int | None, config: str | None, load_sampl
     from jobs.runtime import ensure_ray
     from serve_app.app import start
     from serve_app.config import http_options, load_config, monitoring_line, port_free, serve_env
+    from storage.connect import gloss_notice
 
     settings = settings_of(storage_uri)
     stop = threading.Event()  # a stop asked for while starting is honoured once started
@@ -148,6 +149,10 @@ def _serve(*, host: str | None, port: int | None, config: str | None, load_sampl
         print("refusing to listen on a non-loopback address without API keys: "
               "set AGENT_MEMORY_API_KEYS_FILE or use --host 127.0.0.1", file=sys.stderr)
         return EXIT_USAGE
+    # Each replica logs it as it opens the store, but in Ray's logs, which nobody reads at start-up.
+    notice = gloss_notice(settings)
+    if notice:
+        say(f"warning: {notice}", err=True)
     if not address and not port_free(http["host"], http["port"]):
         print(f"port {http['port']} on {http['host']} is in use: another server is listening there (a running "
               "`agent-memory serve`, or HAProxy left behind by a Ray that was killed: "

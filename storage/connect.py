@@ -14,6 +14,7 @@ from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
 from storage.lance_store import LanceStore, open_store
 from storage.maintenance import StoreMaintenance
+from storage.tables import gloss_mismatch, recorded_metadata
 
 
 def open_service(
@@ -51,3 +52,17 @@ def open_service(
 def maintenance_of(store: LanceStore) -> StoreMaintenance:
     """The maintenance interface of an open store: for jobs, the Writer, notebooks and tests."""
     return StoreMaintenance(store.connection, store.access)
+
+
+def gloss_notice(settings: Settings) -> str | None:
+    """The warning each process of these settings logs as it opens the store, where the store's
+    Chinese memories were embedded another way than the settings embed Chinese (`warn_of_gloss`);
+    None where they agree, where the store holds no memories table yet, or where it cannot be read
+    here (the processes that open it say why). Loads no model and creates nothing."""
+    try:
+        recorded = recorded_metadata(settings.storage.uri, settings.storage.options)
+    except Exception:  # noqa: BLE001 - a store out of reach now: those that open it report that
+        return None
+    if recorded is None:
+        return None
+    return gloss_mismatch(settings.storage.uri, recorded.chinese_gloss, settings.embedding.glosses_chinese())

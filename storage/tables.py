@@ -4,6 +4,7 @@ commits retried on conflict. The tenant store and the maintenance interface shar
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -123,17 +124,39 @@ def add_missing_columns(table: Any, declared: pa.Schema) -> Any:
     return table
 
 
-def warn_of_gloss(uri: str, recorded: bool | None, embedder: bool | None) -> None:
-    """Log a warning where the store's Chinese memories were embedded another way than the
-    embedder of this process embeds Chinese (`embedder` None: it embeds nothing). Every read still
-    works; Chinese questions only compare poorly with those memories until a reindex."""
+def gloss_mismatch(uri: str, recorded: bool | None, embedder: bool | None) -> str | None:
+    """What to tell operators where the store's Chinese memories were embedded another way than
+    the embedder of this process embeds Chinese (`embedder` None: it embeds nothing); None where
+    they agree. Every read still works; Chinese questions only compare poorly with those memories
+    until a reindex."""
     if embedder is None or recorded == embedder:
-        return
+        return None
     way = {True: "through its English gloss", False: "as written"}
     said = f"were embedded {way[recorded]}" if recorded is not None else "do not say how they were embedded"
-    log.warning("the Chinese memories of the store at %s %s, and this process embeds Chinese %s "
-                "(embedding_gloss_chinese): run `agent-memory reindex` once every server and job embeds it so",
-                uri, said, way[embedder])
+    return (f"the Chinese memories of the store at {uri} {said}, and this process embeds Chinese {way[embedder]} "
+            "(embedding_gloss_chinese): run `agent-memory reindex` once every server and job embeds it so")
+
+
+def warn_of_gloss(uri: str, recorded: bool | None, embedder: bool | None) -> None:
+    """Log `gloss_mismatch` as a warning, where there is one."""
+    message = gloss_mismatch(uri, recorded, embedder)
+    if message is not None:
+        log.warning("%s", message)
+
+
+def recorded_metadata(uri: str, storage_options: dict[str, str] | None = None) -> sc.TableMetadata | None:
+    """What the store at `uri` records in the schema metadata of `memories` (None: no such table
+    yet), read without creating or changing anything."""
+    if "://" not in uri and not os.path.isdir(uri):
+        return None  # connecting would make the directory
+    import lancedb  # heavy: imported when a store is read
+
+    db = lancedb.connect(uri, storage_options=storage_options or None)
+    try:
+        table = db.open_table(sc.MEMORIES)
+    except (FileNotFoundError, ValueError):
+        return None
+    return sc.TableMetadata.of(table.schema.metadata)
 
 
 # Inserts of this many rows or more read the table's ids whole (Tables.insert_absent).

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import uuid
@@ -52,6 +53,26 @@ def test_a_gpu_asked_for_where_there_is_none_stops_serve_and_import_at_start(tmp
         assert done.returncode == 1, f"{argv[0]}: {done.stderr[-2000:]}"
         assert "AGENT_MEMORY_EMBEDDING_DEVICE is cuda, but torch" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "lancedb").exists(), "nothing was written before the refusal"
+
+
+@pytest.mark.store  # a LanceDB on a temporary directory, and `serve` in a process of its own
+def test_serve_says_at_start_that_the_stores_chinese_was_embedded_another_way(tmp_path: Path) -> None:
+    """Its replicas log it only in Ray's logs: `serve` itself prints it, in one line, without -v.
+    Here the port is held, so the command stops right after (no Ray, no model)."""
+    from storage.lance_store import LanceStore
+
+    uri = str(tmp_path / "lancedb")
+    LanceStore(uri, embedding_model="all-MiniLM-L6-v2", embedding_dim=384, chinese_gloss=False)  # recorded "off"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        # The bundled model's settings embed Chinese through its gloss.
+        done = _cli("serve", "--port", str(held.getsockname()[1]), env=_env(AGENT_MEMORY_STORAGE_URI=uri))
+    assert done.returncode == 2 and "is in use" in done.stderr, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "reindex" in line]
+    assert len(said) == 1 and said[0].startswith(f"warning: the Chinese memories of the store at {uri} were "
+                                                 "embedded as written"), done.stderr[-3000:]
+    assert "run `agent-memory reindex`" in said[0]
 
 
 @pytest.mark.store  # the commands load the model, open LanceDB and start a Ray of their own

@@ -21,7 +21,7 @@ from agent_memory.settings import Settings
 from cli.demo import DEMO_QUESTIONS, SAMPLE_MODE
 from jobs.importer import import_into
 from jobs.reindex import reindex
-from storage.connect import maintenance_of
+from storage.connect import gloss_notice, maintenance_of
 from storage.lance_store import LanceStore, open_store
 from tests.conftest import ROOT, Clock
 
@@ -247,6 +247,21 @@ def test_a_store_records_how_its_chinese_is_embedded_and_warns_of_the_other_way(
     with caplog.at_level(logging.WARNING, logger="storage.tables"):
         open_store(settings.replace(storage_uri=str(tmp_path / "other")), **model, chinese_gloss=True)
     assert "do not say how they were embedded" in caplog.text
+
+
+@pytest.mark.store  # a LanceDB on a temporary directory
+def test_the_warning_is_read_from_the_store_alone_for_a_server_to_print(tmp_path: Path) -> None:
+    """`agent-memory serve` prints it at start-up (its replicas only log it in Ray's logs): read
+    from the store's metadata and the settings, loading no model and creating nothing."""
+    settings = Settings(storage_uri=str(tmp_path / "lancedb"), _env_file=None)  # type: ignore[call-arg]
+    assert settings.embedding.glosses_chinese()  # the bundled model: Chinese embedded through its gloss
+    assert gloss_notice(settings) is None and not (tmp_path / "lancedb").exists()  # no store yet
+    open_store(settings, embedding_model="all-MiniLM-L6-v2", embedding_dim=384, chinese_gloss=False)
+    notice = gloss_notice(settings)
+    assert notice is not None and "\n" not in notice
+    assert "were embedded as written" in notice and "`agent-memory reindex`" in notice
+    assert gloss_notice(settings.replace(embedding_gloss_chinese="off")) is None
+    assert gloss_notice(settings.replace(storage_uri=str(tmp_path / "missing"))) is None
 
 
 def test_reindex_never_overwrites_a_row_changed_since_it_was_read(

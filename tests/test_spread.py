@@ -74,12 +74,3 @@ def test_a_memory_that_only_asks_keeps_half_its_semantic_signal() -> None:
     kept = settings.replace(asking_semantic_share=1.0)
     assert [i for i, _, _ in rank(pool, asked, 0.0, kept, "hybrid", 2, 0.0)] == ["question", "answer"]
 
-
-def test_the_tuning_harness_scans_every_column_the_store_scan_reads() -> None:
-    # benchmarks/recall_tuning.py ranks in process what the store's scan would hand recall: a
-    # column the scan reads and the harness lacks would stop every tuning run.
-    from benchmarks.recall_tuning import scan_table
-    from storage.recall_scan import SCAN_COLUMNS
-
-    table = scan_table([], np.zeros((0, 384), dtype=np.float32), np.zeros(0, dtype=np.float32))
-    assert set(SCAN_COLUMNS) <= set(table.column_names)

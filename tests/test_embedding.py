@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +22,12 @@ from agent_memory.embedding import (
     SentenceTransformerEmbedder,
     build_embedder,
     check_device,
+    local,
+    onnx,
     resolve_device,
 )
-from agent_memory.embedding.onnx import execution_providers
+from agent_memory.embedding.onnx import OnnxEncoder, execution_providers
+from agent_memory.embedding.tokens import ModelFiles, default_threads
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
@@ -148,6 +156,95 @@ def test_int8_queries_stay_close_to_the_exact_vectors(embedder: SentenceTransfor
         SentenceTransformerEmbedder(precision="int4")
     with pytest.raises(InvalidInputError, match="embedding_backend must be auto or onnx"):
         SentenceTransformerEmbedder(backend="torch", precision="int8")
+
+
+LIGHT_LOAD = """
+import json, sys
+from agent_memory.embedding import SentenceTransformerEmbedder
+texts = json.loads(sys.argv[1])
+out = {}
+for precision in ("fp32", "int8"):
+    e = SentenceTransformerEmbedder(precision=precision)
+    out[precision] = {"model": e.model is not None, "precision": e.precision, "dim": e.dim,
+                      "vectors": e.embed_batch(texts).tolist(), "oov": e.oov_shares(texts)}
+out["heavy"] = sorted(m for m in ("torch", "transformers", "sentence_transformers") if m in sys.modules)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.store  # exports the bundled model's graphs
+def test_a_checked_graph_runs_without_loading_the_model(tmp_path, monkeypatch) -> None:
+    # The first process exports each graph and checks it against the model; the next runs it with
+    # the tokenizer of tokenizer.json alone: no torch, no transformers, the same vectors.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    texts = ["I love Python programming", "用户喜欢吃苹果", "word " * 400, "", "Café MÜNCHEN 🙂", "服务器 操作系统"]
+    exact, quick = SentenceTransformerEmbedder(), SentenceTransformerEmbedder(precision="int8")
+    assert exact.model is not None and quick.precision == "int8"
+    run = subprocess.run([sys.executable, "-c", LIGHT_LOAD, json.dumps(texts)], capture_output=True, text=True,
+                         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)}, timeout=300, check=True)
+    light = json.loads(run.stdout.strip().splitlines()[-1])
+    assert light["heavy"] == []
+    for precision, reference in (("fp32", exact), ("int8", quick)):
+        got = light[precision]
+        assert (got["model"], got["precision"], got["dim"]) == (False, precision, 384)
+        assert np.abs(np.asarray(got["vectors"]) - reference.embed_batch(texts)).max() < 1e-6
+        assert got["oov"] == reference.oov_shares(texts)
+
+    # Only a graph whose record names the file as it is, passes today's bar and vouches for the
+    # tokenizer runs so; anything else loads the model, which checks the graph and records it again.
+    path, lock = local.bundled_model_path(), threading.Lock()
+    [graph] = [g for g in (tmp_path / "agent-memory" / "onnx").glob("*.onnx") if "-int8-" not in g.name]
+    record_file = graph.with_name(graph.name + ".json")
+    record = json.loads(record_file.read_text())
+    assert record["same_tokens"] and record["max_difference"] < 1e-4
+    assert OnnxEncoder.from_cache(path, lock) is not None and OnnxEncoder.from_cache(path, lock, precision="int8") is not None
+    record_file.write_text(json.dumps({**record, "same_tokens": False}))
+    assert OnnxEncoder.from_cache(path, lock) is None
+    record_file.write_text(json.dumps(record))
+    os.utime(graph, ns=(record["mtime_ns"] + 10**9, record["mtime_ns"] + 10**9))  # another file at the same name
+    assert OnnxEncoder.from_cache(path, lock) is None
+    assert SentenceTransformerEmbedder().model is not None and OnnxEncoder.from_cache(path, lock) is not None
+    monkeypatch.setattr(onnx, "INT8_MIN_COSINE", 1.01)
+    assert OnnxEncoder.from_cache(path, lock, precision="int8") is None
+    assert OnnxEncoder.from_cache("sentence-transformers/all-MiniLM-L6-v2", lock) is None  # a hub name: not a directory
+
+
+def test_a_model_directory_runs_without_its_model_only_in_the_shape_the_graph_computes(tmp_path) -> None:
+    def directory(modules: tuple[str, ...] = ("Transformer", "Pooling", "Normalize"), pooling: str = "mean_tokens",
+                  lower: bool = False, prompt: str | None = None, tokenizer: bool = True) -> str:
+        root = tmp_path / f"model-{len(list(tmp_path.iterdir()))}"
+        (root / "1_Pooling").mkdir(parents=True)
+        paths = {"Transformer": "", "Pooling": "1_Pooling", "Normalize": "2_Normalize", "Dense": "2_Dense"}
+        listed = [{"idx": i, "name": str(i), "path": paths[m], "type": f"sentence_transformers.models.{m}"}
+                  for i, m in enumerate(modules)]
+        (root / "modules.json").write_text(json.dumps(listed))
+        (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": lower}))
+        modes = {f"pooling_mode_{m}": m == pooling for m in ("cls_token", "mean_tokens", "max_tokens")}
+        (root / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 96, **modes}))
+        (root / "config_sentence_transformers.json").write_text(json.dumps({"default_prompt_name": prompt}))
+        (root / "special_tokens_map.json").write_text(json.dumps({"unk_token": {"content": "[UNK]"}}))
+        if tokenizer:
+            (root / "tokenizer.json").write_text("{}")
+        return str(root)
+
+    files = ModelFiles.read(directory())
+    assert files is not None and (files.max_length, files.dim, files.unk_token) == (128, 96, "[UNK]")
+    assert ModelFiles.read(directory(("Transformer", "Pooling"))) is not None
+    for other in (directory(pooling="cls_token"), directory(lower=True), directory(prompt="query"),
+                  directory(tokenizer=False), directory(("Transformer", "Pooling", "Dense")),
+                  str(tmp_path / "missing"), "sentence-transformers/all-MiniLM-L6-v2"):
+        assert ModelFiles.read(other) is None
+
+
+def test_threads_and_device_are_found_without_torch(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert 1 <= default_threads() <= len(os.sched_getaffinity(0))
+    # No GPU driver on the machine: CPU, and torch (seconds to import) is never asked.
+    monkeypatch.setattr(local, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing it now would fail
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
 
 
 def _wait_until(condition: Callable[[], object], timeout_s: float = 120.0) -> None:

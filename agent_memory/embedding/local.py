@@ -8,11 +8,14 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from agent_memory.embedding.base import PRECISIONS, SMALL_BATCH, Embedder
 from agent_memory.embedding.onnx import OnnxEncoder
+from agent_memory.embedding.tokens import ModelTokenizer
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.setting_groups import BUNDLED_MODEL
 
@@ -48,17 +51,31 @@ def _without_loading_bar() -> Iterator[None]:
             disable_progress_bars()
 
 
+# Device files of NVIDIA's driver (on Linux; /dev/dxg under WSL): where none exists, no CUDA device
+# can be seen, and torch, a few seconds to import, is not asked.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg")
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device; without a GPU driver's device file, no, without importing torch."""
+    if not any(Path(name).exists() for name in GPU_DEVICE_FILES):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def resolve_device(device: str) -> str:
     """`auto`, `cpu` or `cuda` (the setting `embedding_device`) as the device a local model runs on:
     `auto` is CUDA where torch sees a device, else CPU; `cuda` where torch sees none is an error
     that says why, raised where a process starts rather than at its first request."""
-    import torch
-
     if device not in ("auto", "cpu", "cuda"):
         raise InvalidInputError(f"embedding_device must be auto, cpu or cuda, not {device!r}")
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
+        return "cuda" if cuda_available() else "cpu"
+    if device == "cuda" and not cuda_available():
+        import torch
+
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise UnavailableError(
             f"AGENT_MEMORY_EMBEDDING_DEVICE is cuda, but torch {torch.__version__} ({build}) sees no CUDA device: "
@@ -77,8 +94,6 @@ class SentenceTransformerEmbedder(Embedder):
         super().__init__(cache_size)
         # The bundled model must load with no network; other models may come from a local cache.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-
         device = resolve_device(device)
         if backend not in ("auto", "torch", "onnx"):
             raise InvalidInputError(f"embedding_backend must be auto, torch or onnx, not {backend!r}")
@@ -90,35 +105,48 @@ class SentenceTransformerEmbedder(Embedder):
             log.warning("int8 embedding applies to CPU only: %s runs exactly on %s", model, device)
             precision = "fp32"
         path = bundled_model_path() if model in (BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}") else model
-        try:
-            with _without_loading_bar():
-                self.model = SentenceTransformer(path, device=device)
-        except Exception as exc:  # the library raises OSError, ValueError, HF errors...
-            raise UnavailableError(f"cannot load embedding model {model!r}: {exc}") from exc
         self.name = BUNDLED_MODEL if path != model else model
         self.device = device
         self.batch_size = batch_size
-        dim = self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else None
-        self.dim = int(dim or self.model.get_sentence_embedding_dimension())
-        self._tokenizer = self.model.tokenizer
-        self._unk_id = getattr(self._tokenizer, "unk_token_id", None)
         # A fast tokenizer is not safe to call from two threads at once ("Already borrowed"):
         # every use of it here (vectors and vocabulary coverage) takes this lock.
         self._tokenizing = threading.Lock()
+        self.model: Any = None
         self._onnx: OnnxEncoder | None = None
         self.backend = "torch"
         self.precision = "fp32"
         # On CPU ONNX Runtime unless told torch; on CUDA torch in half precision unless told onnx
-        # (ONNX Runtime's CUDA build, the `gpu` extra: docs/performance.md#on-a-gpu).
-        if backend == "onnx" or (backend == "auto" and device == "cpu"):
+        # (ONNX Runtime's CUDA build, the `gpu` extra: docs/performance.md#on-a-gpu). A graph an
+        # earlier process made and checked runs without loading the model at all.
+        if backend != "torch" and device == "cpu":
+            self._onnx = OnnxEncoder.from_cache(path, self._tokenizing, threads, precision)
+        if self._onnx is None:
+            self._load(model, path, backend, threads, precision)
+        else:
+            self.backend, self.precision, self.dim = "onnx", self._onnx.precision, self._onnx.dim
+        self._tokenizer = self._onnx.tokenizer if self._onnx is not None else ModelTokenizer(self.model.tokenizer, int(self.model.max_seq_length or 512))
+
+    def _load(self, model: str, path: str, backend: str, threads: int | None, precision: str) -> None:
+        """The model through sentence-transformers, and its graph on ONNX Runtime where `backend`
+        says so (exported and checked against the model where the cache has none)."""
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            with _without_loading_bar():
+                self.model = SentenceTransformer(path, device=self.device)
+        except Exception as exc:  # the library raises OSError, ValueError, HF errors...
+            raise UnavailableError(f"cannot load embedding model {model!r}: {exc}") from exc
+        dim = self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else None
+        self.dim = int(dim or self.model.get_sentence_embedding_dimension())
+        if backend == "onnx" or (backend == "auto" and self.device == "cpu"):
             try:
-                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads, precision, device)
+                self._onnx = OnnxEncoder.for_model(self.model, path, self._tokenizing, threads, precision, self.device)
                 self.backend, self.precision = "onnx", self._onnx.precision
             except Exception as exc:
                 if backend == "onnx":
-                    raise UnavailableError(f"cannot run {model!r} on ONNX Runtime on {device}: {exc}") from exc
+                    raise UnavailableError(f"cannot run {model!r} on ONNX Runtime on {self.device}: {exc}") from exc
                 log.warning("embedding with torch (fp32): %s cannot run on ONNX Runtime (%s)", model, exc)
-        if device == "cuda" and self._onnx is None:
+        if self.device == "cuda" and self._onnx is None:
             self.model.half()
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
@@ -153,8 +181,9 @@ class SentenceTransformerEmbedder(Embedder):
 
     def oov_shares(self, texts: Sequence[str]) -> list[float]:
         """The share of `[UNK]` among each text's tokens: 1.0 means the model reads none of it."""
-        if self._unk_id is None or not texts:
+        unk = self._tokenizer.unk_id
+        if unk is None or not texts:
             return [0.0] * len(texts)
         with self._tokenizing:
-            encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        return [(sum(1 for t in ids if t == self._unk_id) / len(ids)) if ids else 0.0 for ids in encoded]
+            encoded = self._tokenizer.ids(texts)
+        return [(sum(1 for t in ids if t == unk) / len(ids)) if ids else 0.0 for ids in encoded]

@@ -5,6 +5,7 @@ shared per process."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -18,12 +19,22 @@ from typing import Any
 import numpy as np
 
 from agent_memory.embedding.base import unit_length
+from agent_memory.embedding.tokens import FileTokenizer, ModelFiles, ModelTokenizer, default_threads
 
 log = logging.getLogger(__name__)
 
 # Query vectors of the int8 graph stay this close (cosine) to the exact model's on the probe texts,
 # else the graph is refused. Measured on 200 queries: mean 0.992, lowest 0.981 (benchmarks/query_precision.py).
 INT8_MIN_COSINE = 0.95
+# The exact graph's vectors are the model's within this (largest difference of a component).
+EXACT_MAX_DIFFERENCE = 1e-4
+# Texts the tokenizer read from `tokenizer.json` must split as the model's own does before a
+# cached graph is run without the model (`OnnxEncoder.from_cache`).
+TOKENIZER_PROBE = [
+    "probe", "a longer probe sentence about the user's preferences", "用户喜欢喝绿茶", "",
+    "Café MÜNCHEN naïve résumé, ＦＵＬＬ　ｗｉｄｔｈ", "emoji 🙂 and tabs\tand\nnewlines", "don't stop-believing #42 x@y.com",
+    "word " * 300,
+]
 
 
 class OnnxEncoder:
@@ -36,10 +47,11 @@ class OnnxEncoder:
     (`$XDG_CACHE_HOME/agent-memory/onnx`, else `~/.cache/...`), keyed by the model's files.
     """
 
-    def __init__(self, session: Any, tokenizer: Any, max_length: int, inputs: list[str], lock: threading.Lock) -> None:
-        self._session, self._tokenizer, self._max_length, self._inputs = session, tokenizer, max_length, inputs
+    def __init__(self, session: Any, tokenizer: ModelTokenizer | FileTokenizer, inputs: list[str], lock: threading.Lock) -> None:
+        self._session, self.tokenizer, self._inputs = session, tokenizer, inputs
         self._tokenizing = lock
         self.precision = "fp32"
+        self.dim = 0
 
     @classmethod
     def for_model(
@@ -49,12 +61,16 @@ class OnnxEncoder:
         """Load (or export, then load) the model's graph, and check it against torch on probe texts:
         a cached graph that no longer matches (weights changed in place) is made again; a fresh one
         that does not match is refused, and the caller stays on torch. `threads`: ONNX Runtime's
-        threads per call (by default as many as torch was given). `precision` int8: the graph with
-        its MatMul weights quantised to int8 (per output channel, activations quantised as they
-        come), made from the exact one and named after it: the model's CPU per query about 40% of
-        the exact graph's, vectors at cosine 0.992 to the exact ones on average (lowest 0.981; see
-        README, "Query precision"). Where no int8 graph passes, queries run on the exact one.
-        `device` cuda: the exact graph on ONNX Runtime's CUDA provider (its GPU build)."""
+        threads per call (by default one a core, `tokens.default_threads`). `precision` int8: the
+        graph with its MatMul weights quantised to int8 (per output channel, activations quantised
+        as they come), made from the exact one and named after it: the model's CPU per query about
+        40% of the exact graph's, vectors at cosine 0.992 to the exact ones on average (lowest
+        0.981; see README, "Query precision"). Where no int8 graph passes, queries run on the exact
+        one. `device` cuda: the exact graph on ONNX Runtime's CUDA provider (its GPU build).
+
+        Each graph that passes gets a record beside it (`<graph>.json`: the file's size and time,
+        how close it came, whether the tokenizer of `tokenizer.json` splits the probe texts as the
+        model's does), which lets the next process run it without loading the model (`from_cache`)."""
         modules = [type(m).__name__ for m in model]
         pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
         if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
@@ -63,16 +79,15 @@ class OnnxEncoder:
             raise ValueError("models with a default prompt are not supported")
         graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx"
         providers = execution_providers(device)
-        exact = cls._cached(model, graph, lambda: _export(model, graph), lock, threads, None, providers)
+        tokenizer = ModelTokenizer(model.tokenizer, int(model.max_seq_length or 512))
+        same_tokens = _tokenizes_alike(tokenizer, path)
+        exact = cls._cached(model, graph, lambda: _export(model, graph), tokenizer, lock, threads, None, providers, same_tokens)
         if precision == "fp32" or device != "cpu":
             return exact
-        # Named after the exact graph's file: one exported again (by any process) gets a new copy.
-        made = graph.stat()
-        quantized = graph.with_name(f"{graph.stem}-int8-{made.st_size:x}-{made.st_mtime_ns:x}.onnx")
+        quantized = _int8_name(graph)
         try:
-            encoder = cls._cached(
-                model, quantized, lambda: _quantize(graph, quantized), lock, threads, INT8_MIN_COSINE, providers
-            )
+            encoder = cls._cached(model, quantized, lambda: _quantize(graph, quantized), tokenizer, lock, threads,
+                                  INT8_MIN_COSINE, providers, same_tokens)
         except Exception as exc:
             log.warning("no int8 graph for %s (%s): queries run on the exact graph", path, exc)
             return exact
@@ -80,18 +95,48 @@ class OnnxEncoder:
         return encoder
 
     @classmethod
+    def from_cache(cls, path: str, lock: threading.Lock, threads: int | None = None, precision: str = "fp32") -> OnnxEncoder | None:
+        """The encoder of a local model directory whose graph (int8: its int8 graph) an earlier
+        process made and checked, on CPU, without torch, transformers or sentence-transformers (a
+        few seconds of every start): the graph's record must name the file as it is now, its
+        agreement with the model must pass today's bar, and `tokenizer.json` must have split the
+        probe texts as the model's tokenizer does. None where any of that is not so, or the graph
+        does not load: the caller loads the model (`for_model`)."""
+        files = ModelFiles.read(path)
+        graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx" if files else None
+        if files is None or graph is None or not graph.exists():
+            return None
+        if precision == "int8":
+            graph = _int8_name(graph)
+        record = _read_record(graph)
+        bar = (record.get("min_cosine", -1.0) >= INT8_MIN_COSINE if precision == "int8"
+               else record.get("max_difference", 1.0) < EXACT_MAX_DIFFERENCE)
+        if not (bar and record.get("same_tokens")):
+            return None
+        try:
+            tokenizer = FileTokenizer(files.tokenizer, files.max_length, files.unk_token)
+            encoder = cls._load(graph, tokenizer, lock, threads, execution_providers("cpu"))
+        except Exception as exc:  # a damaged file: the model's path makes it again
+            log.info("the cached graph %s does not load without its model (%s)", graph, exc)
+            return None
+        encoder.precision, encoder.dim = precision, files.dim
+        return encoder
+
+    @classmethod
     def _cached(
-        cls, model: Any, graph: Path, make: Callable[[], None], lock: threading.Lock, threads: int | None,
-        min_cosine: float | None, providers: list[str],
+        cls, model: Any, graph: Path, make: Callable[[], None], tokenizer: ModelTokenizer, lock: threading.Lock,
+        threads: int | None, min_cosine: float | None, providers: list[str], same_tokens: bool,
     ) -> OnnxEncoder:
         """The encoder of `graph` from the cache, made by `make` when missing or when the cached
-        one fails `matches`; a fresh one that fails is an error."""
+        one fails its check against the model; a fresh one that fails is an error."""
         for attempt in ("cached", "fresh") if graph.exists() else ("fresh",):
             try:
                 if attempt == "fresh":
                     make()
-                encoder = cls._load(model, graph, lock, threads, providers)
-                if encoder.matches(model, min_cosine):
+                encoder = cls._load(graph, tokenizer, lock, threads, providers)
+                difference, cosine = encoder.agreement(model)
+                if cosine >= min_cosine if min_cosine is not None else difference < EXACT_MAX_DIFFERENCE:
+                    _write_record(graph, difference, cosine, same_tokens)
                     return encoder
                 problem = "does not give the model's vectors"
             except Exception as exc:
@@ -105,24 +150,24 @@ class OnnxEncoder:
 
     @classmethod
     def _load(
-        cls, model: Any, graph: Path, lock: threading.Lock, threads: int | None, providers: list[str]
+        cls, graph: Path, tokenizer: ModelTokenizer | FileTokenizer, lock: threading.Lock, threads: int | None,
+        providers: list[str],
     ) -> OnnxEncoder:
         import onnxruntime
-        import torch
 
         options = onnxruntime.SessionOptions()
-        # As many threads as asked, else as torch was given (Ray gives fractional-CPU actors one),
-        # and no spinning: on a small machine an idle spinning thread takes CPU from the others.
-        options.intra_op_num_threads = threads or max(1, torch.get_num_threads())
+        # As many threads as asked, else one a core (Ray gives fractional-CPU actors one), and no
+        # spinning: on a small machine an idle spinning thread takes CPU from the others.
+        options.intra_op_num_threads = threads or default_threads()
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = onnxruntime.InferenceSession(str(graph), options, providers=providers)
         inputs = [i.name for i in session.get_inputs()]
-        return cls(session, model.tokenizer, int(model.max_seq_length or 512), inputs, lock)
+        return cls(session, tokenizer, inputs, lock)
 
-    def matches(self, model: Any, min_cosine: float | None = None) -> bool:
-        """Whether this graph gives the torch model's vectors on a few texts of different lengths:
-        the same within 1e-4, or with `min_cosine`, at least that close to each of them."""
+    def agreement(self, model: Any) -> tuple[float, float]:
+        """How close this graph's vectors come to the torch model's on a few texts of different
+        lengths: the largest difference of a component, and the lowest cosine."""
         import torch
 
         probe = ["probe", "a longer probe sentence about the user's preferences", "用户喜欢喝绿茶"]
@@ -133,9 +178,7 @@ class OnnxEncoder:
             expected = torch.nn.functional.normalize(model(features)["sentence_embedding"].float(), dim=1)
         expected = expected.cpu().numpy()
         vectors = self._run(probe)
-        if min_cosine is None:
-            return bool(np.abs(vectors - expected).max() < 1e-4)
-        return bool((vectors * expected).sum(axis=1).min() >= min_cosine)
+        return float(np.abs(vectors - expected).max()), float((vectors * expected).sum(axis=1).min())
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """Unit vectors in the order of `texts`, in batches of similar lengths (less padding)."""
@@ -151,12 +194,66 @@ class OnnxEncoder:
 
     def _run(self, texts: list[str]) -> np.ndarray:
         with self._tokenizing:
-            batch = self._tokenizer(texts, padding=True, truncation=True, max_length=self._max_length, return_tensors="np")
+            batch = self.tokenizer.batch(texts)
         feed = {name: batch[name].astype(np.int64) for name in self._inputs}
         hidden = self._session.run(None, feed)[0]
         mask = batch["attention_mask"][..., None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         return unit_length(pooled)
+
+
+def _tokenizes_alike(tokenizer: ModelTokenizer, path: str) -> bool:
+    """Whether the tokenizer of the model directory's `tokenizer.json` splits the probe texts, cut
+    and padded, as the model's own tokenizer does (ids, mask and token types alike)."""
+    files = ModelFiles.read(path)
+    if files is None or files.max_length != tokenizer.max_length:
+        return False
+    try:
+        plain = FileTokenizer(files.tokenizer, files.max_length, files.unk_token)
+        ours, theirs = plain.batch(TOKENIZER_PROBE), tokenizer.batch(TOKENIZER_PROBE)
+        whole = TOKENIZER_PROBE[:-1]  # the last is cut in a batch; whole, transformers warns of its length
+        return (plain.unk_id == tokenizer.unk_id and plain.ids(whole) == tokenizer.ids(whole)
+                and all(np.array_equal(ours[k], theirs[k]) for k in theirs if k in ours))
+    except Exception:  # a tokenizer.json that `tokenizers` cannot read: the model loads every time
+        return False
+
+
+def _int8_name(graph: Path) -> Path:
+    """The int8 copy of an exact graph, named after the exact file's size and time: one exported
+    again (by any process) gets a new copy."""
+    made = graph.stat()
+    return graph.with_name(f"{graph.stem}-int8-{made.st_size:x}-{made.st_mtime_ns:x}.onnx")
+
+
+def _record_path(graph: Path) -> Path:
+    return graph.with_name(f"{graph.name}.json")
+
+
+def _write_record(graph: Path, difference: float, cosine: float, same_tokens: bool) -> None:
+    """Record that `graph`, as the file is now, passed its check: how close, and whether
+    `tokenizer.json` alone splits text as the model does."""
+    made = graph.stat()
+    record = {"size": made.st_size, "mtime_ns": made.st_mtime_ns, "max_difference": difference, "min_cosine": cosine,
+              "same_tokens": same_tokens}
+    if _read_record(graph) == record:
+        return
+    try:
+        with _replaced(_record_path(graph)) as partial:
+            Path(partial).write_text(json.dumps(record), encoding="utf-8")
+    except OSError as exc:  # a read-only cache: the next process loads the model again
+        log.info("cannot record the check of %s: %s", graph, exc)
+
+
+def _read_record(graph: Path) -> dict[str, Any]:
+    """The record of `graph`'s check, where it names the file as it is now; else empty."""
+    try:
+        record = json.loads(_record_path(graph).read_text(encoding="utf-8"))
+        made = graph.stat()
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict) or (record.get("size"), record.get("mtime_ns")) != (made.st_size, made.st_mtime_ns):
+        return {}
+    return record
 
 
 def execution_providers(device: str, available: list[str] | None = None) -> list[str]:
@@ -216,8 +313,8 @@ def _quantize(source: Path, graph: Path) -> None:
             str(source), partial, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
             extra_options={"MatMulConstBOnly": True},
         )
-    for stale in graph.parent.glob(f"{source.stem}-int8-*.onnx"):
-        if stale != graph:
+    for stale in graph.parent.glob(f"{source.stem}-int8-*.onnx*"):
+        if stale not in (graph, _record_path(graph)):
             stale.unlink(missing_ok=True)
 
 

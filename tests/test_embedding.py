@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,7 +29,7 @@ from agent_memory.embedding import (
     resolve_device,
 )
 from agent_memory.embedding.onnx import OnnxEncoder, execution_providers
-from agent_memory.embedding.tokens import ModelFiles, default_threads
+from agent_memory.embedding.tokens import ModelFiles, ModelTokenizer, default_threads
 from agent_memory.errors import InvalidInputError, UnavailableError
 from agent_memory.service import MemoryService
 from agent_memory.settings import Settings
@@ -241,10 +243,28 @@ def test_threads_and_device_are_found_without_torch(monkeypatch, tmp_path) -> No
     assert default_threads() == 3
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert 1 <= default_threads() <= len(os.sched_getaffinity(0))
+    monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS and Windows
+    assert 1 <= default_threads() <= (os.cpu_count() or 1)
     # No GPU driver on the machine: CPU, and torch (seconds to import) is never asked.
     monkeypatch.setattr(local, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))
     monkeypatch.setitem(sys.modules, "torch", None)  # importing it now would fail
     assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    # Asked for by name, CUDA is torch's to find: the driver makes its device files when CUDA starts.
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True)))
+    assert resolve_device("cuda") == "cuda"
+
+
+@pytest.mark.store  # transformers' tokenizer of the bundled model
+def test_tokenizer_json_alone_is_trusted_only_where_it_cuts_and_pads_on_the_models_side(tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    for setting in ({}, {"truncation_side": "left"}, {"padding_side": "left"}):
+        root = tmp_path / (next(iter(setting), "as-shipped"))
+        shutil.copytree(local.bundled_model_path(), root, ignore=shutil.ignore_patterns("*.safetensors"))
+        config = json.loads((root / "tokenizer_config.json").read_text())
+        (root / "tokenizer_config.json").write_text(json.dumps({**config, **setting}))
+        tokenizer = ModelTokenizer(AutoTokenizer.from_pretrained(str(root), model_max_length=256), 256)
+        assert onnx._tokenizes_alike(tokenizer, str(root)) is (not setting), setting
 
 
 def _wait_until(condition: Callable[[], object], timeout_s: float = 120.0) -> None:

@@ -73,9 +73,13 @@ def resolve_device(device: str) -> str:
         raise InvalidInputError(f"embedding_device must be auto, cpu or cuda, not {device!r}")
     if device == "auto":
         return "cuda" if cuda_available() else "cpu"
-    if device == "cuda" and not cuda_available():
-        import torch
+    if device != "cuda":
+        return device
+    # Asked for by name, torch decides: the driver's device files may not exist yet (nvidia-modprobe
+    # makes them when CUDA first starts), and a CUDA model loads torch anyway.
+    import torch
 
+    if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise UnavailableError(
             f"AGENT_MEMORY_EMBEDDING_DEVICE is cuda, but torch {torch.__version__} ({build}) sees no CUDA device: "

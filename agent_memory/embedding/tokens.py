@@ -103,12 +103,14 @@ class ModelFiles:
 
 def default_threads() -> int:
     """Threads for a model call where none are asked: `OMP_NUM_THREADS` where it is set (Ray sets
-    it to an actor's CPUs), else one a physical core this process may run on, as torch counts."""
+    it to an actor's CPUs), else one a physical core this process may run on, as torch counts
+    (on Linux; where the system says neither, as on macOS, one a CPU)."""
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     cores = set()
-    for cpu in os.sched_getaffinity(0):
+    for cpu in allowed:
         try:
             cores.add(Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip())
         except OSError:

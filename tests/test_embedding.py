@@ -202,6 +202,8 @@ def test_a_checked_graph_runs_without_loading_the_model(tmp_path, monkeypatch) -
     assert OnnxEncoder.from_cache(path, lock) is not None and OnnxEncoder.from_cache(path, lock, precision="int8") is not None
     record_file.write_text(json.dumps({**record, "same_tokens": False}))
     assert OnnxEncoder.from_cache(path, lock) is None
+    record_file.write_text(json.dumps({**record, "libraries": {**record["libraries"], "transformers": "0.1"}}))
+    assert OnnxEncoder.from_cache(path, lock) is None  # checked by other libraries: an upgrade checks again
     record_file.write_text(json.dumps(record))
     os.utime(graph, ns=(record["mtime_ns"] + 10**9, record["mtime_ns"] + 10**9))  # another file at the same name
     assert OnnxEncoder.from_cache(path, lock) is None

@@ -51,9 +51,9 @@ def _without_loading_bar() -> Iterator[None]:
             disable_progress_bars()
 
 
-# Device files of NVIDIA's driver (on Linux; /dev/dxg under WSL): where none exists, no CUDA device
-# can be seen, and torch, a few seconds to import, is not asked.
-GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg")
+# Signs of NVIDIA's driver: its device files (on Linux; /dev/dxg under WSL) or its loaded module.
+# Where none exists, no CUDA device can be seen, and torch, a few seconds to import, is not asked.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/proc/driver/nvidia/version")
 
 
 def cuda_available() -> bool:

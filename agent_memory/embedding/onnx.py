@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 INT8_MIN_COSINE = 0.95
 # The exact graph's vectors are the model's within this (largest difference of a component).
 EXACT_MAX_DIFFERENCE = 1e-4
+# What a graph's record (`<graph>.json`) is checked with: its layout, and the libraries whose
+# upgrade could change the model's vectors or its tokens (the graph is then checked again).
+RECORD_FORMAT = 2
+CHECKED_WITH = ("onnxruntime", "tokenizers", "transformers", "sentence-transformers", "torch")
 # Texts the tokenizer read from `tokenizer.json` must split as the model's own does before a
 # cached graph is run without the model (`OnnxEncoder.from_cache`); with them, in a batch, one
 # longer than the model reads, every word of it different, so that the side it is cut on shows.
@@ -68,9 +72,10 @@ class OnnxEncoder:
         0.981; see README, "Query precision"). Where no int8 graph passes, queries run on the exact
         one. `device` cuda: the exact graph on ONNX Runtime's CUDA provider (its GPU build).
 
-        Each graph that passes gets a record beside it (`<graph>.json`: the file's size and time,
-        how close it came, whether the tokenizer of `tokenizer.json` splits the probe texts as the
-        model's does), which lets the next process run it without loading the model (`from_cache`)."""
+        Each graph that passes gets a record beside it (`<graph>.onnx.json`: the file's size and
+        time, how close it came, whether the tokenizer of `tokenizer.json` splits the probe texts as
+        the model's does, the libraries that checked it), which lets the next process run it
+        without loading the model (`from_cache`)."""
         modules = [type(m).__name__ for m in model]
         pooling = getattr(model[1], "pooling_mode", None) if len(model) > 1 else None
         if modules[:2] != ["Transformer", "Pooling"] or modules[2:] not in ([], ["Normalize"]) or pooling != "mean":
@@ -133,10 +138,11 @@ class OnnxEncoder:
             try:
                 if attempt == "fresh":
                     make()
+                loaded = graph.stat()
                 encoder = cls._load(graph, tokenizer, lock, threads, providers)
                 difference, cosine = encoder.agreement(model)
                 if cosine >= min_cosine if min_cosine is not None else difference < EXACT_MAX_DIFFERENCE:
-                    _write_record(graph, difference, cosine, same_tokens)
+                    _write_record(graph, loaded, difference, cosine, same_tokens)
                     return encoder
                 problem = "does not give the model's vectors"
             except Exception as exc:
@@ -229,13 +235,18 @@ def _record_path(graph: Path) -> Path:
     return graph.with_name(f"{graph.name}.json")
 
 
-def _write_record(graph: Path, difference: float, cosine: float, same_tokens: bool) -> None:
-    """Record that `graph`, as the file is now, passed its check: how close, and whether
-    `tokenizer.json` alone splits text as the model does."""
-    made = graph.stat()
-    record = {"size": made.st_size, "mtime_ns": made.st_mtime_ns, "max_difference": difference, "min_cosine": cosine,
-              "same_tokens": same_tokens}
-    if _read_record(graph) == record:
+def _write_record(graph: Path, loaded: os.stat_result, difference: float, cosine: float, same_tokens: bool) -> None:
+    """Record that `graph`, as it was loaded (`loaded`: its stat then), passed its check: how
+    close, whether `tokenizer.json` alone splits text as the model does, and the libraries that
+    checked it. Nothing is recorded where another process replaced the file since."""
+    record = {"format": RECORD_FORMAT, "size": loaded.st_size, "mtime_ns": loaded.st_mtime_ns,
+              "max_difference": difference, "min_cosine": cosine, "same_tokens": same_tokens,
+              "libraries": library_versions()}
+    try:
+        now = graph.stat()
+    except OSError:
+        return
+    if (now.st_size, now.st_mtime_ns) != (loaded.st_size, loaded.st_mtime_ns) or _read_record(graph) == record:
         return
     try:
         with _replaced(_record_path(graph)) as partial:
@@ -245,15 +256,32 @@ def _write_record(graph: Path, difference: float, cosine: float, same_tokens: bo
 
 
 def _read_record(graph: Path) -> dict[str, Any]:
-    """The record of `graph`'s check, where it names the file as it is now; else empty."""
+    """The record of `graph`'s check, where it names the file as it is now and was made by this
+    record format and these libraries' versions (an upgrade checks the graph again); else empty."""
     try:
         record = json.loads(_record_path(graph).read_text(encoding="utf-8"))
         made = graph.stat()
     except (OSError, ValueError):
         return {}
-    if not isinstance(record, dict) or (record.get("size"), record.get("mtime_ns")) != (made.st_size, made.st_mtime_ns):
+    if (not isinstance(record, dict) or record.get("format") != RECORD_FORMAT
+            or (record.get("size"), record.get("mtime_ns")) != (made.st_size, made.st_mtime_ns)
+            or record.get("libraries") != library_versions()):
         return {}
     return record
+
+
+def library_versions() -> dict[str, str]:
+    """The installed versions of the libraries a graph's check depends on (read from their
+    metadata, none imported): one of them upgraded, the graph is checked against the model again."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in CHECKED_WITH:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = ""
+    return found
 
 
 def execution_providers(device: str, available: list[str] | None = None) -> list[str]:

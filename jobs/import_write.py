@@ -44,8 +44,9 @@ class ImportWriter:
     def open(self, model: str, dim: int, embedder: Embedder | None = None) -> MemoryService:
         """The service writing to the store (created for this model, or checked against it)."""
         if self.service is None:
+            # The chunks were embedded by the settings' model, here or in the engine's actors.
             self.service = open_service(self.settings, embedder=embedder, with_embedder=False, store=self._store,
-                                        model=(model, dim))
+                                        model=(model, dim), chinese_gloss=self.settings.embedding.glosses_chinese())
         self.result.embedding_model = model
         return self.service
 

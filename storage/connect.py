@@ -24,6 +24,7 @@ def open_service(
     embedder: Embedder | None = None,
     store: LanceStore | None = None,
     model: tuple[str, int] | None = None,
+    chinese_gloss: bool | None = None,
     clock: Callable[[], datetime] = utcnow,
     defer_access: bool = False,
     with_maintenance: bool = False,
@@ -32,7 +33,9 @@ def open_service(
 
     `embedder` hands in a model already loaded (or one embedding elsewhere); `with_embedder=False`
     opens the store without loading any (reads, erasure, maintenance). `model` (name, dim) creates
-    or checks the store for vectors embedded elsewhere, as import and re-embed actors do. `store`
+    or checks the store for vectors embedded elsewhere, as import and re-embed actors do, with
+    `chinese_gloss` saying how those embedded Chinese (`Embedder.glosses_chinese`; what a store
+    created here records). `store`
     shares one open store between services; it must hold the embedder's vectors. `with_maintenance`
     hands the service the store's maintenance interface (erasure, store-wide counts): for the
     Writer, jobs and the CLI, not for what serves reads.
@@ -42,7 +45,7 @@ def open_service(
     name, dim = (embedder.name, embedder.dim) if embedder is not None else model or (None, None)
     if store is None:
         store = open_store(settings, embedding_model=name, embedding_dim=dim,
-                           chinese_gloss=embedder.glosses_chinese if embedder is not None else None)
+                           chinese_gloss=embedder.glosses_chinese if embedder is not None else chinese_gloss)
     else:
         store.check_model(name, dim)
     maintenance = maintenance_of(store) if with_maintenance else None

@@ -77,6 +77,8 @@ def test_jsonl_import_keeps_timestamps_and_links_memories_to_messages(tmp_path: 
     assert {e["action"] for e in tables["events"]} == {"created"} and len(tables["events"]) == 40
     report = json.loads(Path(result.report_path or "").read_text())
     assert report["memories_written"] == 40 and report["rows_per_s"] > 0
+    # The store it made records how its Chinese was embedded (no warning, no reindex asked for).
+    assert maintenance_of(open_store(settings, embedding_model=None, embedding_dim=None)).chinese_gloss() is settings.embedding.glosses_chinese() is True
 
 
 @pytest.mark.store
@@ -272,6 +274,7 @@ def test_ray_pipeline_matches_the_in_process_import(tmp_path: Path, ray_session:
     r_local = run_import(local, _options(tmp_path, path, engine="local"))
     r_ray = run_import(on_ray, _options(tmp_path, path, engine="ray", report_path=str(tmp_path / "r" / "ray.json")))
     assert r_ray.engine == "ray"
+    assert maintenance_of(open_store(on_ray, embedding_model=None, embedding_dim=None)).chinese_gloss() is True  # as the actors embedded it
     for key in ("rows_read", "rows_rejected", "messages_logged", "memories_written", "redactions", "rejects_by_reason"):
         assert getattr(r_ray, key) == getattr(r_local, key), key
     assert _ids(on_ray) == _ids(local)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from cli.net import free_port
+from cli.net import free_port, free_ports
 from cli.processes import kill_session, session_pids
 
 LABEL = "agent-memory/node"
@@ -88,19 +88,21 @@ class LocalCluster:
         return self
 
     def _start_node(self, name: str, *, gpus: int) -> None:
+        # Distinct from each other and from the head's port, which the head binds only as it starts.
+        ports = iter(free_ports(8, exclude={self.port}))
         args = [
             shutil.which("ray") or str(Path(sys.executable).with_name("ray")), "start",
             f"--num-cpus={self.cpus_per_node:g}", f"--num-gpus={gpus}",
             f"--object-store-memory={self.object_store_bytes}", f"--temp-dir={self.root / name}",
             f"--labels={LABEL}={name}", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
-            f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+            f"--node-manager-port={next(ports)}", f"--object-manager-port={next(ports)}",
+            f"--dashboard-agent-listen-port={next(ports)}", f"--dashboard-agent-grpc-port={next(ports)}",
+            f"--runtime-env-agent-port={next(ports)}", f"--metrics-export-port={next(ports)}",
         ]
         if name == HEAD:
             # The dashboard serves Ray's state API (`ray list tasks`, `ray.util.state`), on loopback.
             args += ["--head", f"--port={self.port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                     f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}"]
+                     f"--dashboard-port={next(ports)}", f"--ray-client-server-port={next(ports)}"]
         else:
             args.append(f"--address={self.address}")
         log = self.root / f"{name}.start.log"

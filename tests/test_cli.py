@@ -183,3 +183,14 @@ def test_stats_export_and_forget_on_an_empty_store(tmp_path: Path, store: str) -
     assert json.loads(out.read_text().splitlines()[0])["user_id"] == "alice"
     refused = _run("forget", "--user-id", "alice", "--storage-uri", store, input="n\n")
     assert refused.exit_code == 2 and "needs --yes" in refused.stderr  # not a terminal: no question asked
+
+
+def test_free_ports_for_one_node_are_distinct_and_outside_ray_s_worker_range() -> None:
+    # Chosen one at a time, a port given back can come again at once: two components of one Ray
+    # node on the same port stopped a node of `cli.local_cluster` from starting.
+    from cli.net import RAY_WORKER_PORTS, free_ports
+
+    taken = free_ports(1)
+    ports = free_ports(200, exclude=taken)
+    assert len(set(ports)) == 200
+    assert not set(ports) & set(taken) and not any(port in RAY_WORKER_PORTS for port in ports)

@@ -108,8 +108,10 @@ class OnnxEncoder:
         probe texts as the model's tokenizer does. None where any of that is not so, or the graph
         does not load: the caller loads the model (`for_model`)."""
         files = ModelFiles.read(path)
-        graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx" if files else None
-        if files is None or graph is None or not graph.exists():
+        if files is None:
+            return None
+        graph = _onnx_cache_dir() / f"{_model_key(path)}.onnx"
+        if not graph.exists():
             return None
         if precision == "int8":
             graph = _int8_name(graph)
